@@ -1,0 +1,173 @@
+/*
+ * pscom_plugin.h - the plugin SDK: the only core header a transport plugin
+ * includes. Everything a transport needs from the core is declared here.
+ *
+ * A plugin is one const descriptor (pscom_plugin_desc_t) with designated
+ * initializers, defined with PSCOM_PLUGIN_DEFINE(). The core allocates the
+ * plugin's per-socket and per-connection state from the sizes it declares.
+ * Missing ops are filled with "unsupported" stubs at registration, so the
+ * core never tests an op for NULL on a hot path.
+ *
+ * Threading: every op is called with the pscom lock held (a no-op unless
+ * pscom_init_thread() was used); ops must not block unless their contract
+ * says so.
+ */
+#ifndef PSCOM_PLUGIN_H
+#define PSCOM_PLUGIN_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "pscom_env.h"
+#include "pscom_log.h"
+#include "pscom_types.h"
+
+/* Bumped on any change of this header that affects loadable modules. */
+#define PSCOM_PLUGIN_ABI_VERSION 1
+
+/* Capability bits: they must match the ops the plugin provides. */
+#define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
+
+/* Largest blob a plugin exchanges in one handshake step. */
+#define PSCOM_PRECON_BLOB_MAX 1024
+
+/* What the connecting side learned about the peer in the handshake. */
+typedef struct pscom_precon_peer {
+    int node_id;     /* peer's node id (IPv4, host order) */
+    int rank;
+    int portno;      /* peer socket's listen port or -1 */
+    uint64_t con_id; /* peer's connection id */
+    char name[8];    /* peer socket name, not NUL-terminated when 8 long */
+} pscom_precon_peer_t;
+
+typedef struct pscom_plugin_ops {
+    /* Global set-up, called when the first socket is opened. Registers the
+     * plugin's env table. Returns 0 to enable the plugin, <0 to disable it
+     * (the core logs one line). May block briefly. */
+    int (*init)(void);
+    /* Global tear-down at library cleanup. Safe after a failed init. */
+    void (*fini)(void);
+    /* Per-socket state (sock_priv_size bytes, zeroed). 0 or <0 (the plugin is
+     * then not used on this socket). sock_fini is safe after a failed init. */
+    int (*sock_init)(pscom_sock_t *sock, void *sock_priv);
+    void (*sock_fini)(pscom_sock_t *sock, void *sock_priv);
+
+    /* Handshake, in the progress engine; never blocks. Per-connection state
+     * (con_priv_size bytes, zeroed) is at pscom_con_plugin_priv(con) from the
+     * first handshake op on. Blobs hold at most PSCOM_PRECON_BLOB_MAX bytes.
+     * Sequence: connect side con_offer -> accept side con_accept -> connect
+     * side con_connect -> accept side con_confirm -> both con_start. Any op
+     * returning <0 makes the core try the next plugin; con_abort is then
+     * called on each side that ran a handshake op for this plugin. */
+    int (*con_offer)(pscom_con_t *con, const pscom_precon_peer_t *peer,
+                     void *blob, size_t *len);
+    int (*con_accept)(pscom_con_t *con, const pscom_precon_peer_t *peer,
+                      const void *blob, size_t len, void *reply, size_t *reply_len);
+    int (*con_connect)(pscom_con_t *con, const void *reply, size_t len,
+                       void *confirm, size_t *confirm_len);
+    int (*con_confirm)(pscom_con_t *con, const void *confirm, size_t len);
+    /* The transport takes the connection over. *fd is the handshake's TCP
+     * socket: the plugin may take ownership by setting *fd = -1 (otherwise
+     * the core keeps or closes it). Returns 0, or <0: the connection fails. */
+    int (*con_start)(pscom_con_t *con, int *fd);
+    /* Undo con_offer/con_accept/con_connect/con_confirm (not after start). */
+    void (*con_abort)(pscom_con_t *con);
+
+    /* Data path. The send queue became non-empty: start writing (it may
+     * write inline, through pscom_write_get_iov()/pscom_write_done()). */
+    void (*write_start)(pscom_con_t *con);
+    /* Release the connection's transport resources. No core call for this
+     * connection may follow from the plugin. */
+    void (*close)(pscom_con_t *con);
+} pscom_plugin_ops_t;
+
+typedef struct pscom_plugin_desc {
+    uint32_t abi_version; /* PSCOM_PLUGIN_ABI_VERSION, must come first */
+    uint32_t desc_size;   /* sizeof(pscom_plugin_desc_t) */
+    const char *name;     /* lower case, e.g. "tcp"; env "PSP_TCP" = user priority */
+    pscom_con_type_t con_type;
+    unsigned priority;      /* default priority: higher is tried first */
+    unsigned user_priority; /* default of PSP_<NAME> (0 disables by default) */
+    uint64_t caps;          /* PSCOM_PLUGIN_CAP_* */
+    size_t sock_priv_size;
+    size_t con_priv_size;
+    const pscom_plugin_ops_t *ops;
+} pscom_plugin_desc_t;
+
+/* Define a plugin's descriptor. Built in: a symbol collected into the
+ * built-in table; as a module (PSCOM_PLUGIN_MODULE): the one exported
+ * symbol "pscom_plugin_desc". */
+#ifdef PSCOM_PLUGIN_MODULE
+#define PSCOM_PLUGIN_DEFINE(pname)                                             \
+    PSCOM_PLUGIN_API const pscom_plugin_desc_t pscom_plugin_desc
+#else
+#define PSCOM_PLUGIN_DEFINE(pname) const pscom_plugin_desc_t pscom_plugin_desc_##pname
+#endif
+
+/* ---- connections ------------------------------------------------------ */
+
+PSCOM_PLUGIN_API void *pscom_con_plugin_priv(pscom_con_t *con);
+PSCOM_PLUGIN_API pscom_connection_t *pscom_con_pub(pscom_con_t *con);
+PSCOM_PLUGIN_API pscom_sock_t *pscom_con_sock(pscom_con_t *con);
+PSCOM_PLUGIN_API void *pscom_sock_plugin_priv(pscom_sock_t *sock, const pscom_plugin_desc_t *desc);
+PSCOM_PLUGIN_API const char *pscom_con_name(pscom_con_t *con); /* for logs */
+
+/* ---- reading ---------------------------------------------------------- */
+
+/* Where the next incoming bytes go: a buffer of *len > 0 bytes. Only
+ * valid until the next core call for this connection. */
+PSCOM_PLUGIN_API void pscom_read_get_buf(pscom_con_t *con, char **buf, size_t *len);
+/* len bytes were stored into the buffer from pscom_read_get_buf().
+ * Returns 0, or 1 if the connection stopped reading (EOF message, protocol
+ * error): the plugin must then not read further for this connection (its
+ * close op has been or will be called; memory stays valid until the
+ * current API call returns). */
+PSCOM_PLUGIN_API int pscom_read_done(pscom_con_t *con, size_t len);
+/* Hand over len bytes from the transport's own buffer (copies them).
+ * Returns as pscom_read_done(). */
+PSCOM_PLUGIN_API int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len);
+
+/* ---- writing ---------------------------------------------------------- */
+
+/* Fill at most max iovecs with the next bytes to send (header, xheader and
+ * data of queued messages, in order). Returns the number filled; 0 = idle. */
+PSCOM_PLUGIN_API int pscom_write_get_iov(pscom_con_t *con, struct iovec *iov, int max);
+/* len bytes of those iovecs left the process. Returns 0, or 1 if the
+ * connection closed meanwhile (its EOF left and the peer's had arrived):
+ * the plugin must then stop using it. */
+PSCOM_PLUGIN_API int pscom_write_done(pscom_con_t *con, size_t len);
+/* Are there bytes to send? */
+PSCOM_PLUGIN_API int pscom_write_pending(pscom_con_t *con);
+
+/* ---- errors ----------------------------------------------------------- */
+
+/* The transport failed: a read error (err = errno) or EOF (err = 0), or a
+ * write error (op = PSCOM_OP_WRITE). Ends every request of the connection
+ * with an error and calls the plugin's close(). */
+PSCOM_PLUGIN_API void pscom_con_transport_error(pscom_con_t *con, pscom_op_t op, int err);
+
+/* ---- progress engine ---------------------------------------------------- */
+
+struct pscom_ufd {
+    int fd;
+    uint32_t events; /* EPOLLIN | EPOLLOUT */
+    void (*handler)(pscom_ufd_t *ufd, uint32_t revents);
+    void *priv;
+    int registered;
+};
+
+/* Add/modify/remove an fd in the progress engine's epoll set. */
+PSCOM_PLUGIN_API int pscom_ufd_add(pscom_ufd_t *ufd);
+PSCOM_PLUGIN_API int pscom_ufd_set_events(pscom_ufd_t *ufd, uint32_t events);
+PSCOM_PLUGIN_API void pscom_ufd_del(pscom_ufd_t *ufd);
+
+struct pscom_poller {
+    /* called on every progress pass; returns non-zero if it made progress */
+    int (*poll)(pscom_poller_t *poller);
+    pscom_list_t next;
+    int active;
+};
+PSCOM_PLUGIN_API void pscom_poller_add(pscom_poller_t *poller);
+PSCOM_PLUGIN_API void pscom_poller_del(pscom_poller_t *poller);
+
+#endif /* PSCOM_PLUGIN_H */

@@ -1,0 +1,338 @@
+/*
+ * pscom_con.c - connection life cycle: creation, set-up, the EOF close
+ * handshake, transport failure and error reporting.
+ *
+ * Close handshake: each side queues an EOF message behind its pending
+ * sends. A side that receives the peer's EOF ends its read side (posted
+ * receives fail, con_error(READ, EOF) unless the user closed) and answers
+ * with its own EOF. When our EOF has left and the peer's has arrived, the
+ * transport is closed and the state is CLOSED. The object is freed only
+ * after the user closed it and no deferred callback refers to it.
+ */
+#include "pscom_con.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pscom_config.h"
+#include "pscom_core.h"
+#include "pscom_log.h"
+#include "pscom_loop.h"
+#include "pscom_plugin.h"
+#include "pscom_precon.h"
+#include "pscom_progress.h"
+#include "pscom_queues.h"
+#include "pscom_req.h"
+#include "pscom_sock.h"
+#include "pscom_wire.h"
+
+pscom_con_t *pscom_con_create(pscom_sock_t *sock)
+{
+    size_t size      = sizeof(pscom_con_t) + sock->pub.connection_userdata_size;
+    pscom_con_t *con = calloc(1, size);
+    if (!con) return NULL;
+    con->magic = PSCOM_CON_MAGIC;
+    con->sock  = sock;
+    pscom_list_init(&con->sock_next);
+    pscom_list_init(&con->sendq);
+    pscom_list_init(&con->recvq_user);
+    pscom_list_init(&con->genrecvq);
+    con->pub.socket        = &sock->pub;
+    con->pub.state         = PSCOM_CON_STATE_CLOSED;
+    con->pub.type          = PSCOM_CON_TYPE_NONE;
+    con->pub.userdata_size = sock->pub.connection_userdata_size;
+    con->pub.remote_con_info.rank = PSCOM_RANK_UNDEFINED;
+    con->pub.remote_con_info.tcp.portno = -1;
+    return con;
+}
+
+void pscom_con_list(pscom_con_t *con)
+{
+    if (con->listed) return;
+    pscom_list_add_tail(&con->sock_next, &con->sock->connections);
+    con->listed = 1;
+}
+
+/* ---- accessors of the plugin SDK ------------------------------------ */
+
+void *pscom_con_plugin_priv(pscom_con_t *con)
+{
+    return con->plugin_priv;
+}
+
+pscom_connection_t *pscom_con_pub(pscom_con_t *con)
+{
+    return &con->pub;
+}
+
+pscom_sock_t *pscom_con_sock(pscom_con_t *con)
+{
+    return con->sock;
+}
+
+const char *pscom_con_name(pscom_con_t *con)
+{
+    static char buf[64];
+    snprintf(buf, sizeof(buf), "con %p (%.8s)", (void *)&con->pub,
+             con->pub.remote_con_info.name);
+    return buf;
+}
+
+/* ---- deferred user callbacks ------------------------------------------ */
+
+typedef struct con_event {
+    pscom_con_t *con;
+    pscom_op_t op;
+    pscom_err_t err;
+    int accept; /* con_accept instead of con_error */
+} con_event_t;
+
+static void con_event_done(pscom_request_t *request)
+{
+    con_event_t *ev  = (con_event_t *)request->user;
+    pscom_con_t *con = ev->con;
+    pscom_socket_t *s = &con->sock->pub;
+
+    if (!con->user_closed) {
+        if (ev->accept) {
+            if (s->ops.con_accept) s->ops.con_accept(&con->pub);
+        } else if (s->ops.con_error) {
+            s->ops.con_error(&con->pub, ev->op, ev->err);
+        }
+    }
+    pscom_lock();
+    con->refcnt--;
+    pscom_req_free(pscom_req_from_pub(request));
+    pscom_con_release(con);
+    pscom_unlock();
+}
+
+static void queue_con_event(pscom_con_t *con, pscom_op_t op, pscom_err_t err, int accept)
+{
+    pscom_req_t *req = pscom_req_create(0, sizeof(con_event_t));
+    if (!req) {
+        plog_err("%s: out of memory for a connection callback", pscom_con_name(con));
+        return;
+    }
+    con_event_t *ev = (con_event_t *)req->pub.user;
+    ev->con         = con;
+    ev->op          = op;
+    ev->err         = err;
+    ev->accept      = accept;
+    req->flags |= PSCOM_REQF_INTERNAL;
+    req->pub.state       = 0;
+    req->pub.ops.io_done = con_event_done;
+    con->refcnt++;
+    pscom_req_complete(req);
+}
+
+void pscom_con_report_error(pscom_con_t *con, pscom_op_t op, pscom_err_t err)
+{
+    plog_dbg("%s: %s error: %s", pscom_con_name(con), pscom_op_str(op), pscom_err_str(err));
+    if (con->user_closed || !con->sock->pub.ops.con_error) {
+        if (!con->user_closed && err != PSCOM_ERR_EOF)
+            plog_err("%s: %s failed: %s", pscom_con_str(&con->pub), pscom_op_str(op),
+                     pscom_err_str(err));
+        return;
+    }
+    queue_con_event(con, op, err, 0);
+}
+
+/* ---- set-up ----------------------------------------------------------- */
+
+void pscom_con_setup_ok(pscom_con_t *con)
+{
+    int accepted          = con->pub.state == PSCOM_CON_STATE_ACCEPTING;
+    con->pub.state        = PSCOM_CON_STATE_RW;
+    con->pub.type         = con->transport->con_type;
+    pscom_con_list(con);
+    pscom_log_force(pscom_config.debug_contype, PSCOM_LOG_INFO, "%s %s via %s",
+                    accepted ? "ACCEPT" : "CONNECT", pscom_con_str(&con->pub),
+                    con->transport->name);
+    if (accepted) {
+        con->user_closed = 0; /* from now on the user owns it */
+        queue_con_event(con, 0, PSCOM_SUCCESS, 1);
+    }
+    if (pscom_write_pending(con)) con->transport->ops->write_start(con);
+}
+
+void pscom_con_setup_loop(pscom_con_t *con)
+{
+    pscom_con_info_t *ri = &con->pub.remote_con_info;
+    int rank             = ri->rank;
+    *ri                  = con->sock->pub.local_con_info;
+    ri->rank             = rank;
+    ri->id               = &con->pub;
+    con->transport       = &pscom_loop_desc;
+    con->pub.state       = PSCOM_CON_STATE_RW;
+    con->pub.type        = PSCOM_CON_TYPE_LOOP;
+    pscom_con_list(con);
+    pscom_log_force(pscom_config.debug_contype, PSCOM_LOG_INFO, "CONNECT %s via loop",
+                    pscom_con_str(&con->pub));
+    queue_con_event(con, 0, PSCOM_SUCCESS, 1);
+}
+
+void pscom_con_setup_failed(pscom_con_t *con, pscom_err_t err)
+{
+    con->connect_failed = 1;
+    con->pub.state      = PSCOM_CON_STATE_CLOSED;
+    pscom_con_fail_requests(con);
+    if (!con->user_closed) pscom_con_report_error(con, PSCOM_OP_CONNECT, err);
+    pscom_con_release(con);
+}
+
+/* ---- sending ---------------------------------------------------------- */
+
+void pscom_con_write_kick(pscom_con_t *con)
+{
+    if (con->transport && !con->precon && !con->transport_closed)
+        con->transport->ops->write_start(con);
+}
+
+void pscom_con_queue_send(pscom_con_t *con, pscom_req_t *req)
+{
+    req->send_off = 0;
+    pscom_list_add_tail(&req->next, &con->sendq);
+    pscom_con_write_kick(con);
+}
+
+static void queue_eof(pscom_con_t *con)
+{
+    if (con->eof_queued) return;
+    pscom_req_t *req = pscom_req_create(0, 0);
+    if (!req) {
+        plog_err("%s: out of memory for the EOF message", pscom_con_name(con));
+        pscom_con_transport_error(con, PSCOM_OP_WRITE, ENOMEM);
+        return;
+    }
+    con->eof_queued = 1;
+    req->flags |= PSCOM_REQF_EOF | PSCOM_REQF_INTERNAL;
+    req->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_wire_header_encode(&req->pub.header, 0, PSCOM_MSGTYPE_EOF, 0);
+    pscom_con_queue_send(con, req);
+}
+
+/* ---- closing ---------------------------------------------------------- */
+
+static void close_transport(pscom_con_t *con)
+{
+    if (con->transport_closed) return;
+    con->transport_closed = 1;
+    if (con->transport) con->transport->ops->close(con);
+}
+
+static void check_closed(pscom_con_t *con)
+{
+    if (!(con->eof_sent && con->eof_received)) return;
+    close_transport(con);
+    pscom_con_fail_requests(con);
+    con->pub.state = PSCOM_CON_STATE_CLOSED;
+    pscom_con_release(con);
+}
+
+void pscom_con_eof_received(pscom_con_t *con)
+{
+    con->eof_received = 1;
+    pscom_recv_fail_con(con);
+    if (!con->user_closed) {
+        pscom_con_report_error(con, PSCOM_OP_READ, PSCOM_ERR_EOF);
+        if (con->pub.state == PSCOM_CON_STATE_RW) con->pub.state = PSCOM_CON_STATE_CLOSING;
+    }
+    queue_eof(con); /* answer with ours (no-op if already queued) */
+    check_closed(con);
+}
+
+void pscom_con_eof_sent(pscom_con_t *con)
+{
+    con->eof_sent = 1;
+    if (con->user_closed && con->pub.state == PSCOM_CON_STATE_CLOSING)
+        con->pub.state = PSCOM_CON_STATE_CLOSE_WAIT;
+    check_closed(con);
+}
+
+void pscom_con_fail_requests(pscom_con_t *con)
+{
+    pscom_list_t *pos, *tmp;
+    pscom_list_for_each_safe(pos, tmp, &con->sendq) {
+        pscom_req_t *req = pscom_list_entry(pos, pscom_req_t, next);
+        pscom_list_del(&req->next);
+        if (req->flags & PSCOM_REQF_EOF) {
+            pscom_req_free(req);
+        } else {
+            pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
+        }
+    }
+    /* a message being received */
+    pscom_req_t *in = con->in.req;
+    if (in) {
+        con->in.req = NULL;
+        if (in->pub.state & PSCOM_REQ_STATE_GRECV_REQUEST) {
+            pscom_list_del(&in->next);
+            pscom_list_del(&in->next_alt);
+            pscom_req_free(in);
+        } else {
+            pscom_req_complete_with(in, PSCOM_REQ_STATE_ERROR);
+        }
+    }
+    con->in.skipping = 0;
+    con->in.fill     = 0;
+    pscom_recv_fail_con(con);
+}
+
+void pscom_con_transport_error(pscom_con_t *con, pscom_op_t op, int err)
+{
+    if (con->transport_closed) return;
+    int graceful = con->eof_received; /* the peer said goodbye before */
+    close_transport(con);
+    con->eof_received = 1; /* nothing more will be read */
+    pscom_con_fail_requests(con);
+    con->pub.state = PSCOM_CON_STATE_CLOSED;
+    if (!graceful && !con->user_closed) {
+        if (err) errno = err;
+        if (err == 0 || op == PSCOM_OP_READ) {
+            pscom_con_report_error(con, PSCOM_OP_READ, PSCOM_ERR_IOERROR);
+        } else {
+            pscom_con_report_error(con, op, PSCOM_ERR_STDERROR);
+        }
+    }
+    pscom_con_release(con);
+}
+
+void pscom_con_close(pscom_con_t *con)
+{
+    con->user_closed = 1;
+    pscom_unexpected_drop_con(con);
+    if (con->precon) {
+        pscom_precon_abort(con->precon);
+        return;
+    }
+    if (con->transport_closed || con->connect_failed || !con->transport) {
+        pscom_con_fail_requests(con);
+        con->pub.state = PSCOM_CON_STATE_CLOSED;
+        pscom_con_release(con);
+        return;
+    }
+    if (con->pub.state & (PSCOM_CON_STATE_RW)) con->pub.state = PSCOM_CON_STATE_CLOSING;
+    queue_eof(con);
+    if (con->eof_sent) con->pub.state = PSCOM_CON_STATE_CLOSE_WAIT;
+    check_closed(con);
+}
+
+void pscom_con_release(pscom_con_t *con)
+{
+    if (!con->user_closed || con->refcnt || con->precon) return;
+    if (con->transport && !con->transport_closed) return;
+    if (con->magic != PSCOM_CON_MAGIC) return; /* already released */
+    if (con->listed) {
+        pscom_list_del(&con->sock_next);
+        con->listed = 0;
+    }
+    pscom_unexpected_drop_con(con);
+    con->magic = 0;
+    free(con->in.buf);
+    con->in.buf = NULL;
+    if (con->plugin_priv) pscom_defer_free(con->plugin_priv);
+    pscom_defer_free(con);
+}

@@ -1,0 +1,90 @@
+/*
+ * pscom_con.h - private connection: queues, the receive parser state, the
+ * transport in use and the close handshake.
+ */
+#ifndef PSCOM_CON_H
+#define PSCOM_CON_H
+
+#include "pscom_list.h"
+#include "pscom_types.h"
+
+#define PSCOM_CON_MAGIC 0x636f6e6eu /* "conn" */
+
+struct pscom_plugin_desc;
+
+/* Receive parser: a message header is read into buf (readahead); its data
+ * goes straight into the receiving request's buffer. */
+typedef struct pscom_con_in {
+    char *buf;          /* readahead / header buffer */
+    size_t cap, fill;   /* capacity and bytes held */
+    pscom_req_t *req;   /* request receiving the current message's data, or NULL */
+    size_t data_done;   /* data bytes of the current message consumed so far */
+    size_t data_len;    /* data bytes of the current message */
+    int skipping;       /* current message has no request (data is dropped) */
+} pscom_con_in_t;
+
+struct pscom_con {
+    uint32_t magic;
+    pscom_list_t sock_next;     /* sock->connections */
+    pscom_sock_t *sock;
+    const struct pscom_plugin_desc *transport; /* in use, or during handshake */
+    void *plugin_priv;          /* transport's per-connection state */
+    pscom_precon_t *precon;     /* handshake in progress, else NULL */
+
+    pscom_list_t sendq;         /* requests to send (req.next), FIFO */
+    pscom_list_t recvq_user;    /* posted receives on this connection */
+    pscom_list_t genrecvq;      /* unexpected messages (req.next) in arrival order */
+    pscom_con_in_t in;
+
+    unsigned listed : 1;        /* in sock->connections (visible to the user) */
+    unsigned user_closed : 1;   /* pscom_close_connection() was called */
+    unsigned eof_queued : 1;    /* our EOF message is in the send queue */
+    unsigned eof_sent : 1;      /* ... and has left */
+    unsigned eof_received : 1;  /* peer's EOF message arrived: no more reads */
+    unsigned transport_closed : 1;
+    unsigned connect_failed : 1;
+    int refcnt;                 /* pending con_error callbacks */
+    pscom_connection_t pub;     /* must be last */
+};
+
+static inline pscom_con_t *pscom_con_from_pub(pscom_connection_t *connection)
+{
+    return pscom_container_of(connection, pscom_con_t, pub);
+}
+
+/* Allocate a connection of the socket: state CLOSED, type NONE, not listed. */
+pscom_con_t *pscom_con_create(pscom_sock_t *sock);
+/* Append to the socket's connection list (visible to get_next_connection). */
+void pscom_con_list(pscom_con_t *con);
+/* Handshake finished: the transport desc took over; state RW, type set. */
+void pscom_con_setup_ok(pscom_con_t *con);
+/* Make it a loopback connection (connect to self); con_accept is queued. */
+void pscom_con_setup_loop(pscom_con_t *con);
+/* Handshake failed: state CLOSED; con_error(op, err) for a user connection. */
+void pscom_con_setup_failed(pscom_con_t *con, pscom_err_t err);
+
+/* The send queue got a new request: let the transport write. */
+void pscom_con_write_kick(pscom_con_t *con);
+/* Queue an internal send (pscom_send copies, EOF, control messages). */
+void pscom_con_queue_send(pscom_con_t *con, pscom_req_t *req);
+
+/* Peer's EOF message arrived. */
+void pscom_con_eof_received(pscom_con_t *con);
+/* Our EOF message left. */
+void pscom_con_eof_sent(pscom_con_t *con);
+/* Local close (pscom_close_connection). */
+void pscom_con_close(pscom_con_t *con);
+/* Fail all pending sends and receives of the connection with ERROR. */
+void pscom_con_fail_requests(pscom_con_t *con);
+/* Queue con_error(op, err) for the user unless already closed by the user. */
+void pscom_con_report_error(pscom_con_t *con, pscom_op_t op, pscom_err_t err);
+/* Free if nothing refers to it any more (user closed, transport closed). */
+void pscom_con_release(pscom_con_t *con);
+
+/* Is the connection able to take new receives / sends? */
+static inline int pscom_con_readable(pscom_con_t *con)
+{
+    return !con->eof_received && !con->transport_closed && !con->connect_failed;
+}
+
+#endif /* PSCOM_CON_H */

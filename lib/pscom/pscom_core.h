@@ -1,0 +1,54 @@
+/*
+ * pscom_core.h - process-wide state: init, the global lock, the queue of
+ * completed requests whose io_done is pending, and the socket list.
+ */
+#ifndef PSCOM_CORE_H
+#define PSCOM_CORE_H
+
+#include <pthread.h>
+
+#include "pscom_list.h"
+#include "pscom_types.h"
+
+typedef struct pscom_stats {
+    uint64_t reqs_created;
+    uint64_t reqs_freed;
+    uint64_t gen_reqs;     /* unexpected messages */
+    uint64_t probes;
+    uint64_t iprobes_ok;
+    uint64_t progress_passes;
+    uint64_t sleeps;       /* blocking waits that slept in the kernel */
+} pscom_stats_t;
+
+typedef struct pscom_global {
+    int initialized;
+    pscom_err_t init_result;
+    int threaded;
+    pthread_mutex_t lock;
+
+    pscom_list_t sockets;          /* pscom_sock_t.next, in creation order */
+    pscom_list_t recvq_any_global; /* posted receives with socket == connection == NULL */
+    pscom_list_t io_doneq;         /* completed requests awaiting io_done (FIFO) */
+    pscom_list_t requests;         /* all requests, only with PSP_DEBUG_REQ */
+    int intra_job_socket;          /* an INTRA_JOB socket exists */
+    int plugins_initialized;
+
+    uint64_t progress_counter;     /* bumped whenever anything progressed */
+    pscom_stats_t stats;
+} pscom_global_t;
+
+extern pscom_global_t pscom;
+
+/* Lock for API entry points (no-op unless pscom_init_thread()). */
+static inline void pscom_lock(void)
+{
+    if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
+}
+
+/* Release the lock and run the queued io_done callbacks (without the lock). */
+void pscom_unlock(void);
+
+/* Make sure pscom_init() ran (for API calls made before it, e.g. by tools). */
+void pscom_ensure_init(void);
+
+#endif /* PSCOM_CORE_H */

@@ -1,0 +1,273 @@
+/*
+ * pscom_io.c - the byte stream of a connection: parsing incoming messages
+ * (header, xheader, data straight into the matched receive buffer) and
+ * handing queued sends to the transport as iovecs.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pscom_con.h"
+#include "pscom_config.h"
+#include "pscom_core.h"
+#include "pscom_log.h"
+#include "pscom_plugin.h"
+#include "pscom_queues.h"
+#include "pscom_req.h"
+#include "pscom_wire.h"
+
+/* ---- receive ------------------------------------------------------------ */
+
+static char *skip_buf;
+static size_t skip_len;
+
+static int in_data_phase(const pscom_con_in_t *in)
+{
+    return in->req || in->skipping;
+}
+
+/* Bytes of the current message that the receiving request stores. */
+static size_t store_len(const pscom_con_in_t *in)
+{
+    size_t cap = in->req ? in->req->pub.data_len : 0;
+    return in->data_len < cap ? in->data_len : cap;
+}
+
+static int ensure_cap(pscom_con_t *con, size_t need)
+{
+    pscom_con_in_t *in = &con->in;
+    if (in->cap >= need) return 0;
+    char *nb = realloc(in->buf, need);
+    if (!nb) return -1;
+    in->buf = nb;
+    in->cap = need;
+    return 0;
+}
+
+static char *get_skip_buf(size_t *len)
+{
+    if (!skip_buf) {
+        skip_len = pscom_config.skipblocksize ? pscom_config.skipblocksize : 8192;
+        skip_buf = malloc(skip_len);
+        if (!skip_buf) abort(); /* 8 KiB at start-up */
+    }
+    *len = skip_len;
+    return skip_buf;
+}
+
+void pscom_read_get_buf(pscom_con_t *con, char **buf, size_t *len)
+{
+    pscom_con_in_t *in = &con->in;
+    if (in_data_phase(in)) {
+        size_t sl = store_len(in);
+        if (in->data_done < sl) {
+            *buf = (char *)in->req->pub.data + in->data_done;
+            *len = sl - in->data_done;
+        } else {
+            size_t max;
+            *buf          = get_skip_buf(&max);
+            size_t remain = in->data_len - in->data_done;
+            *len          = remain < max ? remain : max;
+        }
+        return;
+    }
+    size_t want = pscom_config.readahead < PSCOM_WIRE_HEADER_SIZE ? PSCOM_WIRE_HEADER_SIZE
+                                                                  : pscom_config.readahead;
+    if (in->cap < want && ensure_cap(con, want) < 0) {
+        want = PSCOM_WIRE_HEADER_SIZE; /* low memory: read the header alone */
+        if (ensure_cap(con, want) < 0) abort();
+    }
+    if (in->fill == in->cap) ensure_cap(con, in->cap * 2); /* only when a header outgrew it */
+    *buf = in->buf + in->fill;
+    *len = in->cap - in->fill;
+}
+
+static void message_done(pscom_con_t *con)
+{
+    pscom_con_in_t *in = &con->in;
+    pscom_req_t *req   = in->req;
+    in->req            = NULL;
+    in->skipping       = 0;
+    in->data_done = in->data_len = 0;
+    if (!req) return;
+    if (req->pub.state & PSCOM_REQ_STATE_GRECV_REQUEST) {
+        req->data_done = req->pub.data_len;
+        pscom_unexpected_done(req);
+    } else {
+        pscom_req_complete(req);
+    }
+}
+
+/* n data bytes of the current message arrived at src (copy to the request). */
+static void store_data(pscom_con_in_t *in, const char *src, size_t n)
+{
+    size_t sl = store_len(in);
+    if (in->data_done < sl) {
+        size_t c = sl - in->data_done < n ? sl - in->data_done : n;
+        memcpy((char *)in->req->pub.data + in->data_done, src, c);
+    }
+    in->data_done += n;
+    if (in->req) in->req->data_done = in->data_done;
+}
+
+static int protocol_error(pscom_con_t *con, const char *what, unsigned value)
+{
+    plog_err("%s: protocol error: %s (%u); closing the connection", pscom_con_name(con), what,
+             value);
+    pscom_con_transport_error(con, PSCOM_OP_READ, EPROTO);
+    return 1;
+}
+
+/* A complete header + xheader is at in->buf. Returns 1 to stop reading. */
+static int dispatch(pscom_con_t *con, uint8_t type, uint64_t dlen)
+{
+    pscom_con_in_t *in = &con->in;
+    in->data_len       = (size_t)dlen;
+    in->data_done      = 0;
+    switch (type) {
+    case PSCOM_MSGTYPE_USER:
+        in->req = pscom_match_incoming(con, (pscom_header_net_t *)in->buf);
+        if (!in->req) return protocol_error(con, "unexpected message too large to buffer", 0);
+        in->skipping = 0;
+        return 0;
+    case PSCOM_MSGTYPE_EOF:
+        if (dlen) return protocol_error(con, "EOF message with data", (unsigned)dlen);
+        return 0;
+    default:
+        return protocol_error(con, "unknown message type", type);
+    }
+}
+
+/* Parse what the readahead buffer holds. Returns 1 to stop reading. */
+static int process_buffer(pscom_con_t *con)
+{
+    pscom_con_in_t *in = &con->in;
+    while (!in_data_phase(in) && in->fill >= PSCOM_WIRE_HEADER_SIZE) {
+        uint16_t xlen;
+        uint8_t type;
+        uint64_t dlen;
+        pscom_wire_header_decode(in->buf, &xlen, &type, &dlen);
+        size_t need = PSCOM_WIRE_HEADER_SIZE + xlen;
+        if (in->fill < need) {
+            if (ensure_cap(con, need) < 0) return protocol_error(con, "xheader too large", xlen);
+            return 0;
+        }
+        if (dispatch(con, type, dlen)) return 1;
+
+        size_t avail = in->fill - need;
+        size_t take  = avail < in->data_len ? avail : in->data_len;
+        if (take) store_data(in, in->buf + need, take);
+        size_t used = need + take;
+        memmove(in->buf, in->buf + used, in->fill - used);
+        in->fill -= used;
+
+        if (in->data_done == in->data_len) {
+            message_done(con);
+            if (type == PSCOM_MSGTYPE_EOF) {
+                in->fill = 0; /* nothing may follow an EOF */
+                pscom_con_eof_received(con);
+                return 1;
+            }
+        } else {
+            in->skipping = !in->req;
+        }
+    }
+    return 0;
+}
+
+int pscom_read_done(pscom_con_t *con, size_t len)
+{
+    pscom_con_in_t *in = &con->in;
+    if (!len) return 0;
+    pscom.progress_counter++;
+    if (in_data_phase(in)) {
+        in->data_done += len;
+        if (in->req) in->req->data_done = in->data_done;
+        if (in->data_done < in->data_len) return 0;
+        message_done(con);
+        return in->fill ? process_buffer(con) : 0;
+    }
+    in->fill += len;
+    return process_buffer(con);
+}
+
+int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len)
+{
+    while (len) {
+        char *dst;
+        size_t n;
+        pscom_read_get_buf(con, &dst, &n);
+        if (n > len) n = len;
+        memcpy(dst, buf, n);
+        buf += n;
+        len -= n;
+        if (pscom_read_done(con, n)) return 1;
+    }
+    return 0;
+}
+
+/* ---- send --------------------------------------------------------------- */
+
+static size_t head_len(const pscom_req_t *req)
+{
+    return PSCOM_WIRE_HEADER_SIZE + req->pub.header.xheader_len;
+}
+
+int pscom_write_pending(pscom_con_t *con)
+{
+    return !pscom_list_empty(&con->sendq);
+}
+
+int pscom_write_get_iov(pscom_con_t *con, struct iovec *iov, int max)
+{
+    int n = 0;
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &con->sendq) {
+        pscom_req_t *req = pscom_list_entry(pos, pscom_req_t, next);
+        size_t hl        = head_len(req);
+        size_t off       = req->send_off;
+        if (n == max) break;
+        if (off < hl) {
+            iov[n].iov_base = (char *)&req->pub.header + off;
+            iov[n].iov_len  = hl - off;
+            n++;
+            off = hl;
+        }
+        size_t doff = off - hl;
+        if (req->pub.data_len > doff) {
+            if (n == max) break;
+            iov[n].iov_base = (char *)req->pub.data + doff;
+            iov[n].iov_len  = req->pub.data_len - doff;
+            n++;
+        }
+    }
+    return n;
+}
+
+static void send_done(pscom_con_t *con, pscom_req_t *req)
+{
+    pscom_list_del(&req->next);
+    if (req->flags & PSCOM_REQF_EOF) {
+        pscom_req_free(req);
+        pscom_con_eof_sent(con);
+    } else {
+        pscom_req_complete(req);
+    }
+}
+
+int pscom_write_done(pscom_con_t *con, size_t len)
+{
+    if (len) pscom.progress_counter++;
+    while (len) {
+        assert(!pscom_list_empty(&con->sendq));
+        pscom_req_t *req = pscom_list_entry(con->sendq.next, pscom_req_t, next);
+        size_t total     = head_len(req) + req->pub.data_len;
+        size_t c         = total - req->send_off < len ? total - req->send_off : len;
+        req->send_off += c;
+        len -= c;
+        req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
+        if (req->send_off == total) send_done(con, req);
+    }
+    return con->transport_closed;
+}

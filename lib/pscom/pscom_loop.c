@@ -1,0 +1,49 @@
+/*
+ * pscom_loop.c - loopback: a connection of a socket to itself. Sending
+ * feeds the bytes straight into the same connection's receive side,
+ * synchronously, during pscom_post_send().
+ */
+#include "pscom_loop.h"
+
+#include "pscom_con.h"
+#include "pscom_plugin.h"
+
+#define LOOP_IOV 16
+
+static int loop_con_start(pscom_con_t *con, int *fd)
+{
+    return 0;
+}
+
+static void loop_write_start(pscom_con_t *con)
+{
+    struct iovec iov[LOOP_IOV];
+    int n;
+    while (!con->transport_closed && (n = pscom_write_get_iov(con, iov, LOOP_IOV)) > 0) {
+        size_t total = 0;
+        int stop     = 0;
+        for (int i = 0; i < n && !stop; i++) {
+            stop = pscom_read_feed(con, iov[i].iov_base, iov[i].iov_len);
+            total += iov[i].iov_len;
+        }
+        if (pscom_write_done(con, total) || stop) break;
+    }
+}
+
+static void loop_close(pscom_con_t *con)
+{
+}
+
+static const pscom_plugin_ops_t loop_ops = {
+    .con_start   = loop_con_start,
+    .write_start = loop_write_start,
+    .close       = loop_close,
+};
+
+const pscom_plugin_desc_t pscom_loop_desc = {
+    .abi_version = PSCOM_PLUGIN_ABI_VERSION,
+    .desc_size   = sizeof(pscom_plugin_desc_t),
+    .name        = "loop",
+    .con_type    = PSCOM_CON_TYPE_LOOP,
+    .ops         = &loop_ops,
+};

@@ -1,0 +1,279 @@
+/*
+ * pscom_msg_api.c - public messaging functions: send, receive, wait,
+ * probe, cancel.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pscom_con.h"
+#include "pscom_config.h"
+#include "pscom_core.h"
+#include "pscom_log.h"
+#include "pscom_progress.h"
+#include "pscom_queues.h"
+#include "pscom_req.h"
+#include "pscom_sock.h"
+#include "pscom_wire.h"
+
+/* ---- send ---------------------------------------------------------------- */
+
+static int con_writable(const pscom_con_t *con)
+{
+    return !con->eof_queued && !con->transport_closed && !con->connect_failed &&
+           (con->transport || con->precon);
+}
+
+/* Queue a USER message; the request's state is already set. */
+static void send_user(pscom_req_t *req)
+{
+    pscom_request_t *r = &req->pub;
+    pscom_con_t *con   = pscom_con_from_pub(r->connection);
+
+    if (pscom_unlikely(r->xheader_len > r->max_xheader_len || r->data_len > PSCOM_DATA_LEN_MASK ||
+                       !con_writable(con))) {
+        if (con_writable(con))
+            plog_err("pscom_post_send: xheader_len %zu > max %zu or data_len %zu too large",
+                     r->xheader_len, r->max_xheader_len, r->data_len);
+        pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
+        return;
+    }
+    /* the xheader length is 16 bits on the wire (truncated, as specified) */
+    pscom_wire_header_encode(&r->header, (uint16_t)r->xheader_len, PSCOM_MSGTYPE_USER, r->data_len);
+    pscom_con_queue_send(con, req);
+}
+
+PSCOM_API void pscom_post_send(pscom_request_t *request)
+{
+    assert(request->state & PSCOM_REQ_STATE_DONE);
+    assert(request->connection);
+    pscom_lock();
+    request->state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    send_user(pscom_req_from_pub(request));
+    pscom_unlock();
+}
+
+static void send_copy_done(pscom_request_t *request)
+{
+    pscom_request_free(request);
+}
+
+PSCOM_API void pscom_send(pscom_connection_t *connection, void *xheader, size_t xheader_len,
+                          void *data, size_t data_len)
+{
+    pscom_lock();
+    pscom_req_t *req = pscom_req_create(xheader_len, data_len);
+    if (!req) {
+        plog_err("pscom_send: out of memory for %zu bytes", xheader_len + data_len);
+        goto out;
+    }
+    pscom_request_t *r = &req->pub;
+    req->flags |= PSCOM_REQF_INTERNAL;
+    if (xheader_len) memcpy(&r->xheader, xheader, xheader_len);
+    if (data_len) memcpy(r->user, data, data_len);
+    r->connection  = connection;
+    r->data        = r->user;
+    r->data_len    = data_len;
+    r->xheader_len = xheader_len;
+    r->ops.io_done = send_copy_done;
+    r->state       = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    send_user(req);
+out:
+    pscom_unlock();
+}
+
+typedef struct inplace {
+    void (*io_done)(pscom_req_state_t state, void *priv);
+    void *priv;
+} inplace_t;
+
+static void send_inplace_done(pscom_request_t *request)
+{
+    inplace_t *ip = (inplace_t *)request->user;
+    if (ip->io_done) ip->io_done(request->state, ip->priv);
+    pscom_request_free(request);
+}
+
+PSCOM_API void pscom_send_inplace(pscom_connection_t *connection, void *xheader,
+                                  size_t xheader_len, void *data, size_t data_len,
+                                  void (*io_done)(pscom_req_state_t state, void *priv),
+                                  void *priv)
+{
+    pscom_lock();
+    pscom_req_t *req = pscom_req_create(xheader_len, sizeof(inplace_t));
+    if (!req) {
+        plog_err("pscom_send_inplace: out of memory");
+        goto out;
+    }
+    pscom_request_t *r = &req->pub;
+    inplace_t *ip      = (inplace_t *)r->user;
+    ip->io_done        = io_done;
+    ip->priv           = priv;
+    req->flags |= PSCOM_REQF_INTERNAL;
+    if (xheader_len) memcpy(&r->xheader, xheader, xheader_len);
+    r->connection  = connection;
+    r->data        = data;
+    r->data_len    = data_len;
+    r->xheader_len = xheader_len;
+    r->ops.io_done = send_inplace_done;
+    r->state       = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    send_user(req);
+out:
+    pscom_unlock();
+}
+
+/* ---- receive --------------------------------------------------------------- */
+
+PSCOM_API void pscom_post_recv(pscom_request_t *request)
+{
+    assert(request->state & PSCOM_REQ_STATE_DONE);
+    pscom_lock();
+    request->state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_recv_post(pscom_req_from_pub(request));
+    pscom_unlock();
+}
+
+static int req_done(void *arg)
+{
+    return ((pscom_request_t *)arg)->state & PSCOM_REQ_STATE_DONE;
+}
+
+PSCOM_API void pscom_wait(pscom_request_t *request)
+{
+    if (request->state & PSCOM_REQ_STATE_DONE) return;
+    pscom_lock();
+    pscom_wait_until(req_done, request);
+    pscom_unlock();
+}
+
+PSCOM_API void pscom_wait_all(pscom_request_t **requests)
+{
+    for (; *requests; requests++) pscom_wait(*requests);
+}
+
+PSCOM_API pscom_err_t pscom_recv(pscom_connection_t *connection, pscom_socket_t *socket,
+                                 void *xheader, size_t xheader_len, void *data, size_t data_len)
+{
+    pscom_request_t *r = pscom_request_create(xheader_len, 0);
+    if (!r) return PSCOM_ERR_STDERROR;
+    r->connection  = connection;
+    r->socket      = socket;
+    r->data        = data;
+    r->data_len    = data_len;
+    r->xheader_len = xheader_len;
+    pscom_post_recv(r);
+    pscom_wait(r);
+    pscom_err_t res = PSCOM_ERR_IOERROR;
+    if (pscom_req_successful(r)) {
+        if (xheader_len) memcpy(xheader, &r->xheader, xheader_len);
+        res = PSCOM_SUCCESS;
+    }
+    pscom_request_free(r);
+    return res;
+}
+
+/* ---- progress -------------------------------------------------------------- */
+
+PSCOM_API int pscom_test_any(void)
+{
+    pscom_lock();
+    uint64_t before = pscom.progress_counter;
+    pscom_progress(0);
+    int res = pscom.progress_counter != before || !pscom_list_empty(&pscom.io_doneq);
+    pscom_unlock();
+    return res;
+}
+
+static uint64_t wait_any_counter;
+
+static int progressed(void *arg)
+{
+    return pscom.progress_counter != *(uint64_t *)arg;
+}
+
+PSCOM_API void pscom_wait_any(void)
+{
+    pscom_lock();
+    pscom_progress(0);
+    if (pscom.progress_counter == wait_any_counter && pscom_list_empty(&pscom.io_doneq)) {
+        uint64_t now = pscom.progress_counter;
+        pscom_wait_until(progressed, &now);
+    }
+    wait_any_counter = pscom.progress_counter;
+    pscom_unlock();
+}
+
+/* ---- cancel ------------------------------------------------------------------ */
+
+PSCOM_API int pscom_cancel_send(pscom_request_t *request)
+{
+    assert(request->state & PSCOM_REQ_STATE_SEND_REQUEST);
+    int res = 0;
+    pscom_lock();
+    if ((request->state & (PSCOM_REQ_STATE_POSTED | PSCOM_REQ_STATE_IO_STARTED |
+                           PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE)) ==
+        PSCOM_REQ_STATE_POSTED) {
+        pscom_req_t *req = pscom_req_from_pub(request);
+        pscom_list_del(&req->next);
+        pscom_req_complete_with(req, PSCOM_REQ_STATE_CANCELED);
+        res = 1;
+    }
+    pscom_unlock();
+    return res;
+}
+
+PSCOM_API int pscom_cancel_recv(pscom_request_t *request)
+{
+    assert(request->state & PSCOM_REQ_STATE_RECV_REQUEST);
+    int res = 0;
+    pscom_lock();
+    if ((request->state & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) == 0)
+        res = pscom_recv_cancel(pscom_req_from_pub(request));
+    pscom_unlock();
+    return res;
+}
+
+PSCOM_API int pscom_cancel(pscom_request_t *request)
+{
+    if (request->state & PSCOM_REQ_STATE_SEND_REQUEST) return pscom_cancel_send(request);
+    if (request->state & PSCOM_REQ_STATE_RECV_REQUEST) return pscom_cancel_recv(request);
+    return 0;
+}
+
+/* ---- probe -------------------------------------------------------------------- */
+
+static unsigned iprobe_calls;
+
+PSCOM_API int pscom_iprobe(pscom_request_t *request)
+{
+    assert(request->state & PSCOM_REQ_STATE_DONE);
+    pscom_lock();
+    pscom.stats.probes++;
+    if (++iprobe_calls > pscom_config.iprobe_count) {
+        iprobe_calls = 0;
+        pscom_progress(0);
+    }
+    request->state   = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_req_t *gen = pscom_unexpected_find(request);
+    int res          = 0;
+    if (gen) {
+        size_t n = request->xheader_len;
+        if (n > request->max_xheader_len) n = request->max_xheader_len;
+        if (n > gen->pub.header.xheader_len) n = gen->pub.header.xheader_len;
+        memcpy(&request->header, &gen->pub.header, sizeof(pscom_header_net_t) + n);
+        request->connection = gen->pub.connection;
+        if (gen->pub.data_len > request->data_len) request->state |= PSCOM_REQ_STATE_TRUNCATED;
+        pscom.stats.iprobes_ok++;
+        res = 1;
+    }
+    request->state |= PSCOM_REQ_STATE_DONE;
+    pscom_unlock();
+    return res;
+}
+
+PSCOM_API void pscom_probe(pscom_request_t *request)
+{
+    while (!pscom_iprobe(request)) pscom_wait_any();
+}

@@ -1,0 +1,27 @@
+/*
+ * pscom_progress.h - the progress engine: one epoll set for every fd
+ * (listeners, handshakes, stream transports), a list of polled transports,
+ * and blocking waits that spin for a bounded time before sleeping.
+ */
+#ifndef PSCOM_PROGRESS_H
+#define PSCOM_PROGRESS_H
+
+#include "pscom_types.h"
+
+int pscom_progress_init(void);
+void pscom_progress_fini(void);
+
+/* One pass: polled transports, then the fd set. timeout_ms: 0 = do not
+ * block, >0 = may sleep that long (lock released while sleeping).
+ * Returns non-zero if anything progressed. */
+int pscom_progress(int timeout_ms);
+
+/* Block (spin, then sleep in the kernel) until done(arg) is true. Runs
+ * queued io_done callbacks while waiting. Called with the lock held. */
+void pscom_wait_until(int (*done)(void *arg), void *arg);
+
+/* Free ptr at the start of the next progress pass (objects an fd handler
+ * further up the stack may still touch). */
+void pscom_defer_free(void *ptr);
+
+#endif /* PSCOM_PROGRESS_H */

@@ -1,0 +1,39 @@
+/*
+ * pscom_queues.h - matching of USER messages to receives (spec 5.3):
+ * posted receives per connection, per socket (any-source) and global,
+ * and unexpected ("generated") requests.
+ */
+#ifndef PSCOM_QUEUES_H
+#define PSCOM_QUEUES_H
+
+#include "pscom_types.h"
+
+/* A USER message header arrived on con; hn points to the header followed by
+ * its whole xheader (valid during the call). Returns the request receiving
+ * it: default_recv's, a posted one (dequeued), or a new unexpected one.
+ * NULL only if an unexpected request cannot be allocated. Sets IO_STARTED,
+ * TRUNCATED, copies header+xheader, connection and socket. */
+pscom_req_t *pscom_match_incoming(pscom_con_t *con, pscom_header_net_t *hn);
+
+/* Post a receive (pscom_post_recv after checks). May complete at once. */
+void pscom_recv_post(pscom_req_t *req);
+
+/* Cancel a posted, not yet matched receive. Returns 1 if it was dequeued. */
+int pscom_recv_cancel(pscom_req_t *req);
+
+/* Find an unexpected message for a probe request (no dequeue). */
+pscom_req_t *pscom_unexpected_find(pscom_request_t *request);
+
+/* Connection closing: drop its unexpected messages. */
+void pscom_unexpected_drop_con(pscom_con_t *con);
+/* Fail (ERROR) the posted receives of the connection, also parked ones. */
+void pscom_recv_fail_con(pscom_con_t *con);
+/* Fail the socket's any-source receives (socket close). */
+void pscom_recv_fail_sock(pscom_sock_t *sock);
+/* Fail the global any-source receives (library cleanup). */
+void pscom_recv_fail_global(void);
+
+/* An unexpected request's message is complete. */
+void pscom_unexpected_done(pscom_req_t *gen);
+
+#endif /* PSCOM_QUEUES_H */

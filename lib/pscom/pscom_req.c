@@ -1,0 +1,99 @@
+/*
+ * pscom_req.c - request allocation, completion and the io_done queue.
+ */
+#include "pscom_req.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+#include "pscom_config.h"
+#include "pscom_core.h"
+#include "pscom_log.h"
+
+/* xheader area: the library's own xheader union at least, rounded up to 8 */
+static size_t xheader_area(size_t max_xheader_len)
+{
+    size_t n = (max_xheader_len + 7) & ~(size_t)7;
+    return n < sizeof(pscom_xheader_t) ? sizeof(pscom_xheader_t) : n;
+}
+
+pscom_req_t *pscom_req_create(size_t max_xheader_len, size_t user_size)
+{
+    size_t xh   = xheader_area(max_xheader_len);
+    size_t head = offsetof(pscom_req_t, pub) + offsetof(pscom_request_t, xheader);
+    size_t user_off = (head + xh + 7) & ~(size_t)7;
+    pscom_req_t *req = calloc(1, user_off + user_size);
+    if (!req) return NULL;
+
+    req->magic = PSCOM_REQ_MAGIC;
+    pscom_list_init(&req->next);
+    pscom_list_init(&req->next_alt);
+    pscom_list_init(&req->all);
+    req->pub.state           = PSCOM_REQ_STATE_DONE;
+    req->pub.xheader_len     = max_xheader_len;
+    req->pub.max_xheader_len = xh;
+    req->pub.user_size       = user_size;
+    req->pub.user = user_size ? (struct PSCOM_req_user *)((char *)req + user_off) : NULL;
+
+    pscom.stats.reqs_created++;
+    if (pscom_config.debug_req) pscom_list_add_tail(&req->all, &pscom.requests);
+    return req;
+}
+
+void pscom_req_free(pscom_req_t *req)
+{
+    assert(req->magic == PSCOM_REQ_MAGIC);
+    assert(!pscom_list_linked(&req->next));
+    if (pscom_list_linked(&req->all)) pscom_list_del(&req->all);
+    req->magic = 0;
+    pscom.stats.reqs_freed++;
+    free(req);
+}
+
+void pscom_req_complete(pscom_req_t *req)
+{
+    assert(!pscom_list_linked(&req->next));
+    if (!req->pub.ops.io_done) {
+        req->pub.state |= PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE;
+    } else {
+        req->pub.state |= PSCOM_REQ_STATE_IO_DONE;
+        pscom_list_add_tail(&req->next, &pscom.io_doneq);
+    }
+    pscom.progress_counter++;
+}
+
+/* Called with the lock held; returns with it held. io_done runs unlocked. */
+void pscom_req_run_io_done(void)
+{
+    while (!pscom_list_empty(&pscom.io_doneq)) {
+        pscom_list_t *pos = pscom.io_doneq.next;
+        pscom_req_t *req  = pscom_list_entry(pos, pscom_req_t, next);
+        pscom_list_del(pos);
+        void (*io_done)(pscom_request_t *) = req->pub.ops.io_done;
+
+        if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+        req->pub.state |= PSCOM_REQ_STATE_DONE;
+        io_done(&req->pub); /* may free or re-post the request */
+        if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
+    }
+}
+
+PSCOM_API pscom_request_t *pscom_request_create(size_t max_xheader_len, size_t user_size)
+{
+    pscom_ensure_init();
+    pscom_lock();
+    pscom_req_t *req = pscom_req_create(max_xheader_len, user_size);
+    pscom_unlock();
+    return req ? &req->pub : NULL;
+}
+
+PSCOM_API void pscom_request_free(pscom_request_t *request)
+{
+    if (!request) return;
+    pscom_req_t *req = pscom_req_from_pub(request);
+    assert(req->magic == PSCOM_REQ_MAGIC);
+    assert(request->state & PSCOM_REQ_STATE_DONE);
+    pscom_lock();
+    pscom_req_free(req);
+    pscom_unlock();
+}

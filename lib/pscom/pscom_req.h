@@ -1,0 +1,55 @@
+/*
+ * pscom_req.h - private request: bookkeeping in front of the public
+ * struct PSCOM_request, which comes last because the xheader area and the
+ * user area follow it in the same allocation.
+ */
+#ifndef PSCOM_REQ_H
+#define PSCOM_REQ_H
+
+#include "pscom_list.h"
+#include "pscom_types.h"
+
+#define PSCOM_REQ_MAGIC 0x72657170u /* "preq" */
+
+/* internal flags */
+#define PSCOM_REQF_EOF      0x1 /* the EOF message of a connection */
+#define PSCOM_REQF_INTERNAL 0x2 /* created by the library (pscom_send, EOF, ...) */
+
+struct pscom_req {
+    uint32_t magic;
+    uint32_t flags;         /* PSCOM_REQF_* */
+    pscom_list_t next;      /* the one queue it is in (send, recv, unexpected, io_done) */
+    pscom_list_t *queue;    /* posted receive: head of the queue it is in */
+    pscom_list_t next_alt;  /* unexpected: socket's genrecvq_any */
+    pscom_list_t all;       /* pscom.requests (PSP_DEBUG_REQ) */
+    size_t send_off;        /* send: bytes of header+xheader+data already sent */
+    size_t data_done;       /* unexpected: data bytes stored so far */
+    pscom_con_t *con;       /* unexpected: the connection it arrived on */
+    pscom_request_t pub;    /* must be last */
+};
+
+static inline pscom_req_t *pscom_req_from_pub(pscom_request_t *request)
+{
+    return pscom_container_of(request, pscom_req_t, pub);
+}
+
+/* Allocate a request (see pscom_request_create). NULL on ENOMEM. */
+pscom_req_t *pscom_req_create(size_t max_xheader_len, size_t user_size);
+void pscom_req_free(pscom_req_t *req);
+
+/* All bytes moved (or failed): set IO_DONE; without io_done also DONE at
+ * once, else queue it for io_done (run by pscom_unlock). The request must
+ * not be in any queue. */
+void pscom_req_complete(pscom_req_t *req);
+
+/* Complete with an extra state bit (PSCOM_REQ_STATE_ERROR / _CANCELED). */
+static inline void pscom_req_complete_with(pscom_req_t *req, unsigned bits)
+{
+    req->pub.state |= bits;
+    pscom_req_complete(req);
+}
+
+/* Run queued io_done callbacks (called by pscom_unlock). */
+void pscom_req_run_io_done(void);
+
+#endif /* PSCOM_REQ_H */

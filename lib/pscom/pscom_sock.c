@@ -1,0 +1,379 @@
+/*
+ * pscom_sock.c - sockets: open/close, name, listener, endpoint strings,
+ * con-type masks.
+ */
+#define _GNU_SOURCE
+#include "pscom_sock.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "pscom_con.h"
+#include "pscom_config.h"
+#include "pscom_core.h"
+#include "pscom_log.h"
+#include "pscom_plugin_reg.h"
+#include "pscom_precon.h"
+#include "pscom_progress.h"
+#include "pscom_queues.h"
+#include "pscom_precon_tcp.h"
+#include "pscom_util.h"
+
+#define MASK_BACKUP_MAGIC 0x6d61736bu /* "mask" */
+
+typedef struct mask_backup {
+    uint32_t magic;
+    uint64_t mask;
+} mask_backup_t;
+
+/* ---- listener ------------------------------------------------------------ */
+
+static void accept_one(pscom_sock_t *sock, int fd)
+{
+    pscom_con_t *con = pscom_con_create(sock);
+    if (!con) {
+        plog_err("out of memory for an incoming connection");
+        close(fd);
+        return;
+    }
+    pscom_tcp_tune_precon(fd);
+    con->user_closed = 1; /* owned by the library until the handshake succeeds */
+    con->pub.state   = PSCOM_CON_STATE_ACCEPTING;
+    pscom_con_list(con);
+    if (pscom_precon_accept(con, fd) < 0) pscom_con_setup_failed(con, PSCOM_ERR_STDERROR);
+}
+
+static void listen_handler(pscom_ufd_t *ufd, uint32_t revents)
+{
+    pscom_sock_t *sock = ufd->priv;
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(ufd->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED)
+                plog_err("accept() on port %d failed: %m", sock->pub.listen_portno);
+            return;
+        }
+        accept_one(sock, fd);
+    }
+}
+
+static void listen_activate(pscom_sock_t *sock)
+{
+    if (sock->listen_active || sock->listen_ufd.fd < 0) return;
+    if (pscom_ufd_add(&sock->listen_ufd) == 0) sock->listen_active = 1;
+}
+
+static void listen_deactivate(pscom_sock_t *sock)
+{
+    if (!sock->listen_active) return;
+    pscom_ufd_del(&sock->listen_ufd);
+    sock->listen_active = 0;
+}
+
+static void listen_close(pscom_sock_t *sock)
+{
+    listen_deactivate(sock);
+    if (sock->listen_ufd.fd > 0) close(sock->listen_ufd.fd);
+    sock->listen_ufd.fd = -1;
+}
+
+static pscom_err_t listen_open(pscom_sock_t *sock, int portno)
+{
+    int fd;
+    if (portno == PSCOM_LISTEN_FD0) {
+        fd = 0;
+    } else {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) return PSCOM_ERR_STDERROR;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+        sa.sin_port           = htons((uint16_t)(portno == PSCOM_ANYPORT ? 0 : portno));
+        while (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+            if (errno == EADDRINUSE && portno == PSCOM_ANYPORT) {
+                plog_warn("listen: no free port, retrying in 1 s");
+                sleep(1);
+                continue;
+            }
+            int e = errno;
+            plog_err("bind(port %d) failed: %m", portno);
+            close(fd);
+            errno = e;
+            return PSCOM_ERR_STDERROR;
+        }
+        unsigned backlog = pscom_config.tcp_backlog;
+        if (backlog > 0x7fffffff) backlog = 0x7fffffff;
+        if (listen(fd, (int)backlog) < 0) {
+            int e = errno;
+            plog_err("listen(port %d) failed: %m", portno);
+            close(fd);
+            errno = e;
+            return PSCOM_ERR_STDERROR;
+        }
+    }
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+        int e = errno;
+        if (fd) close(fd);
+        errno = e;
+        return PSCOM_ERR_STDERROR;
+    }
+    sock->listen_ufd.fd              = fd;
+    sock->listen_ufd.events          = EPOLLIN;
+    sock->listen_ufd.handler         = listen_handler;
+    sock->listen_ufd.priv            = sock;
+    sock->pub.listen_portno          = ntohs(sa.sin_port);
+    sock->pub.local_con_info.tcp.portno = sock->pub.listen_portno;
+    return PSCOM_SUCCESS;
+}
+
+PSCOM_API pscom_err_t pscom_listen(pscom_socket_t *socket, int portno)
+{
+    pscom_sock_t *sock = pscom_sock_from_pub(socket);
+    pscom_err_t res    = PSCOM_SUCCESS;
+    pscom_lock();
+    if (sock->listen_ufd.fd >= 0) {
+        if (portno == PSCOM_ANYPORT || portno == socket->listen_portno) {
+            listen_activate(sock);
+            goto out;
+        }
+        if (sock->listen_active) {
+            res = PSCOM_ERR_ALREADY;
+            goto out;
+        }
+        listen_close(sock);
+    }
+    res = listen_open(sock, portno);
+    if (res == PSCOM_SUCCESS) listen_activate(sock);
+out:
+    pscom_unlock();
+    return res;
+}
+
+PSCOM_API void pscom_stop_listen(pscom_socket_t *socket)
+{
+    pscom_lock();
+    listen_deactivate(pscom_sock_from_pub(socket));
+    pscom_unlock();
+}
+
+PSCOM_API void pscom_suspend_listen(pscom_socket_t *socket)
+{
+    pscom_stop_listen(socket);
+}
+
+PSCOM_API void pscom_resume_listen(pscom_socket_t *socket)
+{
+    assert(socket->listen_portno != -1);
+    pscom_lock();
+    listen_activate(pscom_sock_from_pub(socket));
+    pscom_unlock();
+}
+
+PSCOM_API int pscom_get_portno(pscom_socket_t *socket)
+{
+    return socket->listen_portno;
+}
+
+PSCOM_API pscom_err_t pscom_socket_get_ep_str(pscom_socket_t *socket, char **ep_str)
+{
+    *ep_str = NULL;
+    if (socket->listen_portno < 0) {
+        errno = EINVAL;
+        return PSCOM_ERR_STDERROR;
+    }
+    *ep_str = pscom_ep_format((uint32_t)socket->local_con_info.node_id, socket->listen_portno,
+                              socket->local_con_info.name);
+    if (!*ep_str) {
+        errno = ENOMEM;
+        return PSCOM_ERR_STDERROR;
+    }
+    return PSCOM_SUCCESS;
+}
+
+PSCOM_API void pscom_socket_free_ep_str(char *ep_str)
+{
+    free(ep_str);
+}
+
+/* ---- open / close -------------------------------------------------------- */
+
+PSCOM_API pscom_socket_t *pscom_open_socket(size_t userdata_size, size_t connection_userdata_size,
+                                            int local_rank, uint64_t socket_flags)
+{
+    uint64_t kind = socket_flags & (PSCOM_SOCK_FLAG_INTRA_JOB | PSCOM_SOCK_FLAG_INTER_JOB);
+    if (kind != PSCOM_SOCK_FLAG_INTRA_JOB && kind != PSCOM_SOCK_FLAG_INTER_JOB) {
+        errno = EINVAL;
+        return NULL;
+    }
+    pscom_ensure_init();
+    pscom_lock();
+    pscom_sock_t *sock = NULL;
+    if (kind == PSCOM_SOCK_FLAG_INTRA_JOB && pscom.intra_job_socket) {
+        plog_err("pscom_open_socket: only one INTRA_JOB socket per process");
+        errno = EBUSY;
+        goto out;
+    }
+    pscom_plugins_init();
+    sock = calloc(1, sizeof(*sock) + userdata_size);
+    if (!sock) goto out;
+    sock->magic = PSCOM_SOCK_MAGIC;
+    pscom_list_init(&sock->connections);
+    pscom_list_init(&sock->recvq_any);
+    pscom_list_init(&sock->genrecvq_any);
+    sock->con_type_mask = ~0ULL;
+    sock->flags         = socket_flags;
+    sock->listen_ufd.fd = -1;
+
+    pscom_socket_t *pub               = &sock->pub;
+    pub->listen_portno                = -1;
+    pub->local_con_info.tcp.portno    = -1;
+    pub->local_con_info.node_id       = pscom_nodeid_compute(pscom_config.network);
+    pub->local_con_info.rank          = local_rank;
+    pub->local_con_info.id            = NULL;
+    pub->connection_userdata_size     = connection_userdata_size;
+    pub->userdata_size                = userdata_size;
+    char name[16];
+    snprintf(name, sizeof(name), "p%d", (int)getpid());
+    strncpy(pub->local_con_info.name, name, sizeof(pub->local_con_info.name));
+
+    if (pscom_plugins_sock_init(sock) < 0) {
+        free(sock);
+        sock = NULL;
+        goto out;
+    }
+    if (kind == PSCOM_SOCK_FLAG_INTRA_JOB) pscom.intra_job_socket = 1;
+    pscom_list_add_tail(&sock->next, &pscom.sockets);
+out:
+    pscom_unlock();
+    return sock ? &sock->pub : NULL;
+}
+
+PSCOM_API void pscom_socket_set_name(pscom_socket_t *socket, const char *name)
+{
+    strncpy(socket->local_con_info.name, name, sizeof(socket->local_con_info.name));
+    pscom_log_set_name(socket->local_con_info.name, sizeof(socket->local_con_info.name));
+}
+
+typedef struct close_wait {
+    pscom_sock_t *sock;
+    uint64_t last_counter;
+    uint64_t last_change_us;
+} close_wait_t;
+
+static int sock_closed(void *arg)
+{
+    close_wait_t *w = arg;
+    if (pscom_list_empty(&w->sock->connections)) return 1;
+    if (!pscom_config.shutdown_timeout) return 0;
+    uint64_t now = pscom_time_us();
+    if (w->last_counter != pscom.progress_counter) {
+        w->last_counter   = pscom.progress_counter;
+        w->last_change_us = now;
+        return 0;
+    }
+    if (now - w->last_change_us >= (uint64_t)pscom_config.shutdown_timeout * 1000000u) {
+        plog_warn("pscom_close_socket: no progress for %u s, giving up on %zu connection(s)",
+                  pscom_config.shutdown_timeout, pscom_list_count(&w->sock->connections));
+        return 1;
+    }
+    return 0;
+}
+
+static void close_one_socket(pscom_sock_t *sock)
+{
+    pscom_list_t *pos, *tmp;
+    pscom_list_for_each_safe(pos, tmp, &sock->connections) {
+        pscom_con_t *con = pscom_list_entry(pos, pscom_con_t, sock_next);
+        if (!con->user_closed || con->precon) pscom_con_close(con);
+    }
+    close_wait_t w = {.sock = sock, .last_counter = pscom.progress_counter,
+                      .last_change_us = pscom_time_us()};
+    pscom_wait_until(sock_closed, &w);
+
+    /* connections that did not finish in time: cut them off */
+    pscom_list_for_each_safe(pos, tmp, &sock->connections) {
+        pscom_con_t *con = pscom_list_entry(pos, pscom_con_t, sock_next);
+        pscom_con_transport_error(con, PSCOM_OP_RW, ETIMEDOUT);
+        pscom_con_release(con);
+    }
+    listen_close(sock);
+    pscom_recv_fail_sock(sock);
+    pscom_plugins_sock_fini(sock);
+    pscom_list_del(&sock->next);
+    if (sock->flags & PSCOM_SOCK_FLAG_INTRA_JOB) pscom.intra_job_socket = 0;
+    sock->magic = 0;
+    pscom_defer_free(sock);
+}
+
+PSCOM_API void pscom_close_socket(pscom_socket_t *socket)
+{
+    pscom_lock();
+    if (socket) {
+        close_one_socket(pscom_sock_from_pub(socket));
+    } else {
+        while (!pscom_list_empty(&pscom.sockets))
+            close_one_socket(pscom_list_entry(pscom.sockets.next, pscom_sock_t, next));
+    }
+    pscom_unlock();
+}
+
+/* ---- con-type masks -------------------------------------------------------- */
+
+PSCOM_API void pscom_con_type_mask_all(pscom_socket_t *socket)
+{
+    pscom_sock_from_pub(socket)->con_type_mask = ~0ULL;
+}
+
+PSCOM_API void pscom_con_type_mask_only(pscom_socket_t *socket, pscom_con_type_t con_type)
+{
+    assert((unsigned)con_type < 64);
+    pscom_sock_from_pub(socket)->con_type_mask = 1ULL << con_type;
+}
+
+PSCOM_API void pscom_con_type_mask_add(pscom_socket_t *socket, pscom_con_type_t con_type)
+{
+    assert((unsigned)con_type < 64);
+    pscom_sock_from_pub(socket)->con_type_mask |= 1ULL << con_type;
+}
+
+PSCOM_API void pscom_con_type_mask_del(pscom_socket_t *socket, pscom_con_type_t con_type)
+{
+    assert((unsigned)con_type < 64);
+    pscom_sock_from_pub(socket)->con_type_mask &= ~(1ULL << con_type);
+}
+
+PSCOM_API int pscom_con_type_mask_is_set(pscom_socket_t *socket, pscom_con_type_t con_type)
+{
+    assert((unsigned)con_type < 64);
+    return pscom_sock_con_type_ok(pscom_sock_from_pub(socket), con_type);
+}
+
+PSCOM_API void *pscom_con_type_mask_backup(pscom_socket_t *socket)
+{
+    mask_backup_t *b = malloc(sizeof(*b));
+    if (!b) return NULL;
+    b->magic = MASK_BACKUP_MAGIC;
+    b->mask  = pscom_sock_from_pub(socket)->con_type_mask;
+    return b;
+}
+
+PSCOM_API void pscom_con_type_mask_restore(pscom_socket_t *socket, void *con_type_mask_backup)
+{
+    mask_backup_t *b = con_type_mask_backup;
+    assert(b && b->magic == MASK_BACKUP_MAGIC);
+    pscom_sock_from_pub(socket)->con_type_mask = b->mask;
+    b->magic                                   = 0;
+    free(b);
+}

@@ -1,0 +1,38 @@
+/*
+ * pscom_sock.h - private socket: listener, connections, any-source queues.
+ */
+#ifndef PSCOM_SOCK_H
+#define PSCOM_SOCK_H
+
+#include "pscom_list.h"
+#include "pscom_plugin.h"
+#include "pscom_types.h"
+
+#define PSCOM_SOCK_MAGIC 0x736f636bu /* "sock" */
+
+struct pscom_sock {
+    uint32_t magic;
+    pscom_list_t next;         /* pscom.sockets */
+    pscom_list_t connections;  /* pscom_con_t.sock_next: every connection of the socket */
+    pscom_list_t recvq_any;    /* posted receives: connection NULL, or parked specific ones */
+    pscom_list_t genrecvq_any; /* unexpected messages of all connections (req.next_alt) */
+    uint64_t con_type_mask;
+    uint64_t flags;            /* PSCOM_SOCK_FLAG_* */
+    pscom_ufd_t listen_ufd;    /* fd -1: none */
+    int listen_active;
+    void **plugin_priv;        /* per registered plugin, NULL if unused */
+    pscom_socket_t pub;        /* must be last */
+};
+
+static inline pscom_sock_t *pscom_sock_from_pub(pscom_socket_t *socket)
+{
+    return pscom_container_of(socket, pscom_sock_t, pub);
+}
+
+/* Is this con_type allowed on the socket? */
+static inline int pscom_sock_con_type_ok(pscom_sock_t *sock, pscom_con_type_t type)
+{
+    return (unsigned)type < 64 && (sock->con_type_mask >> type) & 1;
+}
+
+#endif /* PSCOM_SOCK_H */
