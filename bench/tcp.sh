@@ -9,6 +9,8 @@
 #   R=5            repetitions (each runs pscom_pp, tcp_pp spin, tcp_pp block)
 #   BUILD_DIR=dir  use this (configured) build tree; default <repo>/build-bench,
 #                  configured as Release on first use
+#   PSCOM_PP=path  use this pscom_pp binary, build nothing (e.g. an installed
+#                  one, or another pscom's pscom_pp for comparison)
 #   SHARED_DIR=dir location of shared/ (default <repo>/../shared)
 #   ITERS=5000     round trips for the 8 B size; larger sizes use
 #                  max(50, ITERS*1024/size) like tcp_pp
@@ -58,24 +60,29 @@ trap cleanup EXIT
 ${CC:-cc} -O2 -std=gnu11 -o "$TMP/tcp_pp" "$TOOLS/tcp_pp.c" || die "building tcp_pp failed"
 
 # --- build pscom_pp --------------------------------------------------------
-if [[ -n ${BUILD_DIR:-} ]]; then
-    [[ -f $BUILD_DIR/CMakeCache.txt ]] || die "BUILD_DIR=$BUILD_DIR is not a configured build tree"
+if [[ -n ${PSCOM_PP:-} ]]; then
+    PP=$PSCOM_PP
+    [[ -x $PP ]] || die "PSCOM_PP=$PP is not executable"
 else
-    BUILD_DIR=$REPO/build-bench
-    if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-        cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPSCOM_BUILD_TESTS=OFF \
-            >"$TMP/cmake-configure.log" 2>&1 ||
-            { cat "$TMP/cmake-configure.log" >&2; die "configuring $BUILD_DIR failed"; }
+    if [[ -n ${BUILD_DIR:-} ]]; then
+        [[ -f $BUILD_DIR/CMakeCache.txt ]] || die "BUILD_DIR=$BUILD_DIR is not a configured build tree"
+    else
+        BUILD_DIR=$REPO/build-bench
+        if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+            cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPSCOM_BUILD_TESTS=OFF \
+                >"$TMP/cmake-configure.log" 2>&1 ||
+                { cat "$TMP/cmake-configure.log" >&2; die "configuring $BUILD_DIR failed"; }
+        fi
     fi
+    cmake --build "$BUILD_DIR" --target pscom_pp -j "$(nproc 2>/dev/null || echo 2)" \
+        >"$TMP/cmake-build.log" 2>&1 ||
+        { tail -n 40 "$TMP/cmake-build.log" >&2; die "building pscom_pp in $BUILD_DIR failed"; }
+    BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+    [[ $BUILD_TYPE == Release ]] ||
+        echo "tcp.sh: warning: $BUILD_DIR is a '$BUILD_TYPE' build, not Release" >&2
+    PP=$BUILD_DIR/bin/pscom_pp
+    [[ -x $PP ]] || die "no pscom_pp at $PP"
 fi
-cmake --build "$BUILD_DIR" --target pscom_pp -j "$(nproc 2>/dev/null || echo 2)" \
-    >"$TMP/cmake-build.log" 2>&1 ||
-    { tail -n 40 "$TMP/cmake-build.log" >&2; die "building pscom_pp in $BUILD_DIR failed"; }
-BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-[[ $BUILD_TYPE == Release ]] ||
-    echo "tcp.sh: warning: $BUILD_DIR is a '$BUILD_TYPE' build, not Release" >&2
-PP=$BUILD_DIR/bin/pscom_pp
-[[ -x $PP ]] || die "no pscom_pp at $PP"
 
 # --- pinning ---------------------------------------------------------------
 NCPU=$(nproc 2>/dev/null || echo 1)
