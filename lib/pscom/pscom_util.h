@@ -31,6 +31,9 @@ char *pscom_ep_format(uint32_t addr, int port, const char name[8]);
  * once and cached. */
 int pscom_nodeid_compute(const char *network);
 
+/* The same lookup without the cache (for tests and diagnostics). */
+int pscom_nodeid_lookup(const char *network);
+
 /* monotonic time */
 static inline uint64_t pscom_time_us(void)
 {
