@@ -245,6 +245,32 @@ int pscom_write_get_iov(pscom_con_t *con, struct iovec *iov, int max)
     return n;
 }
 
+int pscom_write_peek(pscom_con_t *con, unsigned idx, struct iovec *head, struct iovec *data)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &con->sendq) {
+        if (idx--) continue;
+        pscom_req_t *req = pscom_list_entry(pos, pscom_req_t, next);
+        assert(req->send_off == 0);
+        head->iov_base = &req->pub.header;
+        head->iov_len  = head_len(req);
+        data->iov_base = req->pub.data;
+        data->iov_len  = req->pub.data_len;
+        return 1;
+    }
+    return 0;
+}
+
+void pscom_wire_header_get(const void *head, size_t *xheader_len, size_t *data_len)
+{
+    uint16_t x;
+    uint8_t t;
+    uint64_t d;
+    pscom_wire_header_decode(head, &x, &t, &d);
+    *xheader_len = x;
+    *data_len    = (size_t)d;
+}
+
 static void send_done(pscom_con_t *con, pscom_req_t *req)
 {
     pscom_list_del(&req->next);

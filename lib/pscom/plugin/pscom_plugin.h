@@ -136,6 +136,17 @@ PSCOM_PLUGIN_API int pscom_write_get_iov(pscom_con_t *con, struct iovec *iov, in
  * connection closed meanwhile (its EOF left and the peer's had arrived):
  * the plugin must then stop using it. */
 PSCOM_PLUGIN_API int pscom_write_done(pscom_con_t *con, size_t len);
+/* Message-oriented transports: the idx-th queued message (0 = oldest not
+ * yet retired by pscom_write_done) as it goes on the wire: head = the
+ * 8-byte header followed by the xheader, data = the payload (in the
+ * sender's buffer, valid until retired). Returns 0 if there is no such
+ * message. A transport using this retires whole messages only:
+ * pscom_write_done(con, head.iov_len + data.iov_len) per message, in order. */
+PSCOM_PLUGIN_API int pscom_write_peek(pscom_con_t *con, unsigned idx, struct iovec *head,
+                                      struct iovec *data);
+/* Decode a message header (the first 8 bytes of head above). */
+PSCOM_PLUGIN_API void pscom_wire_header_get(const void *head, size_t *xheader_len,
+                                            size_t *data_len);
 /* Are there bytes to send? */
 PSCOM_PLUGIN_API int pscom_write_pending(pscom_con_t *con);
 
