@@ -1,0 +1,29 @@
+/*
+ * capture.h - unit-test helpers: capture what is written to stderr, and
+ * read files back.
+ */
+#ifndef PSCOM_TEST_CAPTURE_H
+#define PSCOM_TEST_CAPTURE_H
+
+#include <stddef.h>
+
+typedef struct capture {
+    int saved_fd; /* the original stderr */
+    int tmp_fd;   /* temporary file now behind fd 2 */
+} capture_t;
+
+/* Redirect fd 2 into a fresh temporary file. */
+void capture_stderr_begin(capture_t *cap);
+/* Restore stderr; returns everything written meanwhile (malloc'ed). */
+char *capture_stderr_end(capture_t *cap);
+
+/* Whole file content (malloc'ed, NUL-terminated), NULL if unreadable. */
+char *capture_read_file(const char *path);
+
+/* A fresh temporary file name in buf (the file exists and is empty). */
+void capture_tmp_path(char *buf, size_t size);
+
+/* Number of non-overlapping occurrences of needle in haystack. */
+int capture_count(const char *haystack, const char *needle);
+
+#endif /* PSCOM_TEST_CAPTURE_H */
