@@ -62,7 +62,12 @@ void pscom_env_format_value(const pscom_env_entry_t *entry, char *buf, size_t si
 
 #define PSCOM_ENV_PRINT_DOC    0x1 /* -d: help comments and default/inherits lines */
 #define PSCOM_ENV_PRINT_HIDDEN 0x2 /* -x: hidden entries too */
-/* Print every registered table: "## <name>" headers... (pscom_info -c). */
+/* Print every registered table, in registration order (pscom_info -c):
+ *   "##" and "### <table name>" lines, then per entry "PSP_<PREFIX><NAME>=<value>"
+ *   (uint inf/auto as "inf"/"auto", unset strings empty). HIDDEN entries only
+ *   with PSCOM_ENV_PRINT_HIDDEN. PSCOM_ENV_PRINT_DOC puts "# <help>",
+ *   "# default: <default>" (NULL: "0" for numbers, "(unset)" for strings) and,
+ *   for HAS_PARENT entries, "# inherits from: PSP_<NAME>" before each entry. */
 PSCOM_PLUGIN_API void pscom_env_table_list_print(FILE *out, unsigned flags);
 
 /* Unregister all tables (library cleanup; tables themselves are static). */

@@ -6,7 +6,11 @@
  * Line format: "<PSP:" [timestamp] "host:pid" ":" message ">", where
  * "host:pid" is replaced by the socket name after pscom_socket_set_name().
  * Multi-line messages are split and each line gets the prefix. With
- * PSP_DEBUG_OUT the lines go bare (no "<PSP:...>" wrapper) to that file.
+ * PSP_DEBUG_OUT the lines go bare to that file: the same timestamp and
+ * "host:pid:" prefix, without "<PSP:" and ">".
+ * Timestamps: "1"/"us" and "delta" print "SECONDS.MICROS:" (since setup / since
+ * the previous line), "wall" the same since the epoch, "date" print
+ * "YYYY-MM-DD HH:MM:SS.MICROS:" (local time).
  * The macros preserve errno, so "%m" and errno checks after them work.
  */
 #ifndef PSCOM_LOG_H
