@@ -239,7 +239,7 @@ static int env_entry_parse_default(const pscom_env_entry_t *entry, const char *n
         pscom_env_parse_value(entry->type, NULL, entry->target);
     }
     pscom_env_format_value(entry, shown, sizeof(shown));
-    pscom_log_force(pscom_config.debug_param == 2, PSCOM_LOG_VERBOSE,
+    pscom_log_force(pscom_config.debug_param >= 2, PSCOM_LOG_VERBOSE,
                     "default %s = %s", name, shown);
     return rc;
 }

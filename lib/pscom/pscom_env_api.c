@@ -23,7 +23,7 @@ static const char *env_api_get(const char *name)
         pscom_log_force(pscom_config.debug_param >= 1, PSCOM_LOG_DEBUG,
                         "set %s = %s", name, val);
     } else if (name) {
-        pscom_log_force(pscom_config.debug_param == 2, PSCOM_LOG_VERBOSE,
+        pscom_log_force(pscom_config.debug_param >= 2, PSCOM_LOG_VERBOSE,
                         "default %s is not set", name);
     }
     return val;
