@@ -1,0 +1,652 @@
+/*
+ * pscom_testutil.c - process harness, control channels, assertions and
+ * pscom helpers for the integration tests (see pscom_testutil.h).
+ */
+#define _GNU_SOURCE
+#include "pscom_testutil.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ */
+/* Identity, logging, failure                                         */
+/* ------------------------------------------------------------------ */
+
+static char tu_who_buf[128] = "[harness]";
+static unsigned tu_watchdog_secs;
+
+const char *tu_who(void)
+{
+    return tu_who_buf;
+}
+
+static void tu_set_who(const char *name, int rank)
+{
+    if (rank == TU_SERVER) {
+        snprintf(tu_who_buf, sizeof(tu_who_buf), "[%s server pid %d]", name,
+                 (int)getpid());
+    } else {
+        snprintf(tu_who_buf, sizeof(tu_who_buf), "[%s client%d pid %d]", name,
+                 rank, (int)getpid());
+    }
+}
+
+void tu_log(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s %s\n", tu_who_buf, msg);
+    fflush(stderr);
+}
+
+void tu_fail(const char *file, int line, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "%s:%d: %s FAILED: %s\n", file, line, tu_who_buf, msg);
+    fflush(stderr);
+    _exit(1);
+}
+
+#define TU_NBUF 8
+static char tu_strbufs[TU_NBUF][256];
+static unsigned tu_strbuf_next;
+
+static char *tu_strbuf(void)
+{
+    return tu_strbufs[tu_strbuf_next++ % TU_NBUF];
+}
+
+const char *tu_err_str(pscom_err_t err)
+{
+    char *buf       = tu_strbuf();
+    const char *str = pscom_err_str(err);
+    snprintf(buf, 256, "%s", str ? str : "(null)");
+    return buf;
+}
+
+const char *tu_state_str(pscom_req_state_t state)
+{
+    char *buf       = tu_strbuf();
+    const char *str = pscom_req_state_str(state);
+    snprintf(buf, 256, "%s", str ? str : "(null)");
+    return buf;
+}
+
+void *tu_malloc(size_t size)
+{
+    void *p = malloc(size ? size : 1);
+    if (!p) TU_FAIL("malloc(%zu) failed", size);
+    return p;
+}
+
+/* ------------------------------------------------------------------ */
+/* Content patterns                                                   */
+/* ------------------------------------------------------------------ */
+
+static inline uint32_t tu_word(size_t widx, uint32_t seed)
+{
+    uint32_t w = (uint32_t)widx * 2654435761u ^ (seed * 0x9E3779B1u + 0x7f4a7c15u);
+    w ^= w >> 13;
+    w *= 0x5bd1e995u;
+    w ^= w >> 15;
+    return w;
+}
+
+static inline unsigned char tu_pat(size_t i, uint32_t seed)
+{
+    return (unsigned char)(tu_word(i >> 2, seed) >> ((i & 3) * 8));
+}
+
+void tu_fill(void *buf, size_t len, uint32_t seed)
+{
+    unsigned char *p = (unsigned char *)buf;
+    size_t i         = 0;
+    for (; i + 4 <= len; i += 4) {
+        uint32_t w = tu_word(i >> 2, seed);
+        p[i]       = (unsigned char)w;
+        p[i + 1]   = (unsigned char)(w >> 8);
+        p[i + 2]   = (unsigned char)(w >> 16);
+        p[i + 3]   = (unsigned char)(w >> 24);
+    }
+    for (; i < len; i++) p[i] = tu_pat(i, seed);
+}
+
+size_t tu_check(const void *buf, size_t len, uint32_t seed)
+{
+    const unsigned char *p = (const unsigned char *)buf;
+    size_t i               = 0;
+    for (; i + 4 <= len; i += 4) {
+        uint32_t w = tu_word(i >> 2, seed);
+        if (p[i] != (unsigned char)w || p[i + 1] != (unsigned char)(w >> 8) ||
+            p[i + 2] != (unsigned char)(w >> 16) ||
+            p[i + 3] != (unsigned char)(w >> 24)) {
+            break;
+        }
+    }
+    for (; i < len; i++) {
+        if (p[i] != tu_pat(i, seed)) return i;
+    }
+    return (size_t)-1;
+}
+
+void tu_assert_pattern(const char *file, int line, const char *ebuf,
+                       const void *buf, size_t len, uint32_t seed)
+{
+    size_t off = tu_check(buf, len, seed);
+    if (off != (size_t)-1) {
+        const unsigned char *p = (const unsigned char *)buf;
+        tu_fail(file, line,
+                "content of %s (len %zu, seed %u) wrong at offset %zu: "
+                "got 0x%02x, expected 0x%02x",
+                ebuf, len, seed, off, p[off], tu_pat(off, seed));
+    }
+}
+
+void tu_assert_bytes(const char *file, int line, const char *ebuf,
+                     const void *buf, size_t len, unsigned char val)
+{
+    const unsigned char *p = (const unsigned char *)buf;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] != val) {
+            tu_fail(file, line,
+                    "%s[%zu] = 0x%02x, expected 0x%02x (len %zu): bytes "
+                    "were modified",
+                    ebuf, i, p[i], val, len);
+        }
+    }
+}
+
+void tu_assert_mem_eq(const char *file, int line, const char *ea,
+                      const char *eb, const void *a, const void *b, size_t n)
+{
+    const unsigned char *pa = (const unsigned char *)a;
+    const unsigned char *pb = (const unsigned char *)b;
+    for (size_t i = 0; i < n; i++) {
+        if (pa[i] != pb[i]) {
+            tu_fail(file, line,
+                    "memory %s != %s (len %zu): first difference at offset "
+                    "%zu: 0x%02x vs 0x%02x",
+                    ea, eb, n, i, pa[i], pb[i]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Process harness                                                    */
+/* ------------------------------------------------------------------ */
+
+static pid_t tu_children[TU_MAX_CLIENTS + 1]; /* [0] server */
+static int tu_nchildren;
+
+static void tu_watchdog(int sig)
+{
+    (void)sig;
+    char msg[256];
+    int len = snprintf(msg, sizeof(msg),
+                       "%s WATCHDOG: no completion within %u s, aborting\n",
+                       tu_who_buf, tu_watchdog_secs);
+    if (len > 0) {
+        ssize_t r = write(2, msg, (size_t)len);
+        (void)r;
+    }
+    _exit(124);
+}
+
+static void tu_parent_watchdog(int sig)
+{
+    (void)sig;
+    static const char msg[] = "[harness] WATCHDOG: children did not finish, "
+                              "killing them\n";
+    ssize_t r = write(2, msg, sizeof(msg) - 1);
+    (void)r;
+    for (int i = 0; i <= tu_nchildren; i++) {
+        if (tu_children[i] > 0) kill(tu_children[i], SIGKILL);
+    }
+}
+
+static unsigned tu_default_timeout(void)
+{
+    const char *env = getenv("PSCOM_TEST_TIMEOUT");
+    if (env && atoi(env) > 0) return (unsigned)atoi(env);
+    return 60;
+}
+
+static void tu_child_main(tu_ctx_t *ctx, tu_role_fn fn, pid_t parent,
+                          unsigned timeout)
+{
+    /* die with the parent, so nothing outlives a killed test */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(125);
+
+    tu_set_who(ctx->name, ctx->rank);
+    tu_watchdog_secs = timeout;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = tu_watchdog;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    alarm(timeout);
+
+    /* pscom_init only now, after the fork, in every process */
+    TU_ASSERT_OK(pscom_init(PSCOM_VERSION));
+
+    int rc = fn(ctx);
+    if (rc != 0) {
+        tu_log("role returned %d", rc);
+        fflush(NULL);
+        _exit(rc & 0xff ? rc & 0xff : 1);
+    }
+    /* Normal exit: runs the library's atexit cleanup (still under the
+     * watchdog). */
+    fflush(NULL);
+    exit(0);
+}
+
+static int tu_status_ok(int rank, int status, const tu_opts_t *opts, char *why,
+                        size_t whylen)
+{
+    unsigned bit  = 1u << rank;
+    int must_kill = rank != TU_SERVER && (opts->killed_must_mask & bit);
+    int may_kill  = must_kill || (rank != TU_SERVER && (opts->killed_ok_mask & bit));
+
+    if (WIFEXITED(status)) {
+        snprintf(why, whylen, "exit status %d", WEXITSTATUS(status));
+        if (must_kill) return 0;
+        return WEXITSTATUS(status) == 0;
+    }
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        snprintf(why, whylen, "killed by signal %d (%s)", sig, strsignal(sig));
+        return may_kill && sig == SIGKILL;
+    }
+    snprintf(why, whylen, "unknown wait status 0x%x", status);
+    return 0;
+}
+
+int tu_run(const char *name, int nclients, tu_role_fn server, tu_role_fn client,
+           const tu_opts_t *opts_in)
+{
+    tu_opts_t opts;
+    int sp[TU_MAX_CLIENTS + 1][2];
+    pid_t parent = getpid();
+
+    memset(&opts, 0, sizeof(opts));
+    if (opts_in) opts = *opts_in;
+    if (!opts.timeout) opts.timeout = tu_default_timeout();
+
+    if (nclients < 0 || nclients > TU_MAX_CLIENTS) {
+        TU_FAIL("tu_run(%s): bad nclients %d", name, nclients);
+    }
+    snprintf(tu_who_buf, sizeof(tu_who_buf), "[%s harness]", name);
+    fprintf(stderr, "%s starting: server + %d client(s), watchdog %u s\n",
+            tu_who_buf, nclients, opts.timeout);
+
+    for (int i = 1; i <= nclients; i++) {
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp[i]) != 0) {
+            TU_FAIL("socketpair: %s", strerror(errno));
+        }
+    }
+
+    tu_ctx_t ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.name     = name;
+    ctx.nclients = nclients;
+    for (int i = 0; i <= TU_MAX_CLIENTS; i++) ctx.ctl[i] = -1;
+
+    fflush(NULL);
+    tu_nchildren = nclients;
+    memset(tu_children, 0, sizeof(tu_children));
+
+    /* clients first, so that the server knows all client pids */
+    for (int i = 1; i <= nclients; i++) {
+        pid_t pid = fork();
+        if (pid < 0) TU_FAIL("fork: %s", strerror(errno));
+        if (pid == 0) {
+            for (int j = 1; j <= nclients; j++) {
+                close(sp[j][0]);
+                if (j != i) close(sp[j][1]);
+            }
+            ctx.rank   = i;
+            ctx.ctl[0] = sp[i][1];
+            tu_child_main(&ctx, client, parent, opts.timeout);
+        }
+        tu_children[i]     = pid;
+        ctx.client_pids[i] = pid;
+    }
+    {
+        pid_t pid = fork();
+        if (pid < 0) TU_FAIL("fork: %s", strerror(errno));
+        if (pid == 0) {
+            for (int j = 1; j <= nclients; j++) {
+                close(sp[j][1]);
+                ctx.ctl[j] = sp[j][0];
+            }
+            ctx.rank = TU_SERVER;
+            tu_child_main(&ctx, server, parent, opts.timeout);
+        }
+        tu_children[0] = pid;
+    }
+    for (int j = 1; j <= nclients; j++) {
+        close(sp[j][0]);
+        close(sp[j][1]);
+    }
+
+    /* parent: reap everything; a failing child brings the rest down */
+    struct sigaction sa, old_sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = tu_parent_watchdog;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, &old_sa);
+    unsigned old_alarm = alarm(opts.timeout + 15);
+
+    int failed    = 0;
+    int remaining = nclients + 1;
+    int done[TU_MAX_CLIENTS + 1];
+    memset(done, 0, sizeof(done));
+    while (remaining > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0) {
+            if (errno == EINTR) continue;
+            fprintf(stderr, "%s waitpid: %s\n", tu_who_buf, strerror(errno));
+            failed = 1;
+            break;
+        }
+        int rank = -1;
+        for (int i = 0; i <= nclients; i++) {
+            if (tu_children[i] == pid && !done[i]) rank = i;
+        }
+        if (rank < 0) continue; /* not ours */
+        done[rank] = 1;
+        remaining--;
+
+        char why[128];
+        int ok = tu_status_ok(rank, status, &opts, why, sizeof(why));
+        char role[32];
+        if (rank == TU_SERVER) {
+            snprintf(role, sizeof(role), "server");
+        } else {
+            snprintf(role, sizeof(role), "client%d", rank);
+        }
+        if (!ok) {
+            fprintf(stderr, "%s %s (pid %d) FAILED: %s%s\n", tu_who_buf, role,
+                    (int)pid, why, failed ? " (after an earlier failure)" : "");
+            if (!failed) {
+                failed = 1;
+                for (int i = 0; i <= nclients; i++) {
+                    if (!done[i]) kill(tu_children[i], SIGKILL);
+                }
+            }
+        }
+    }
+    alarm(old_alarm);
+    sigaction(SIGALRM, &old_sa, NULL);
+    memset(tu_children, 0, sizeof(tu_children));
+
+    fprintf(stderr, "%s %s\n", tu_who_buf, failed ? "FAILED" : "passed");
+    snprintf(tu_who_buf, sizeof(tu_who_buf), "[harness]");
+    return failed ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Control channel                                                    */
+/* ------------------------------------------------------------------ */
+
+static int tu_ctl_fd(tu_ctx_t *ctx, int peer)
+{
+    if (ctx->rank == TU_SERVER) {
+        if (peer < 1 || peer > ctx->nclients) TU_FAIL("bad control peer %d", peer);
+        return ctx->ctl[peer];
+    }
+    if (peer != TU_SERVER) TU_FAIL("clients only talk to the server (peer %d)", peer);
+    return ctx->ctl[0];
+}
+
+static void tu_ctl_write(tu_ctx_t *ctx, int peer, const void *buf, size_t len)
+{
+    int fd                 = tu_ctl_fd(ctx, peer);
+    const unsigned char *p = (const unsigned char *)buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            TU_FAIL("control channel to rank %d: send: %s", peer, strerror(errno));
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static void tu_ctl_read(tu_ctx_t *ctx, int peer, void *buf, size_t len)
+{
+    int fd           = tu_ctl_fd(ctx, peer);
+    unsigned char *p = (unsigned char *)buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            TU_FAIL("control channel from rank %d: read: %s", peer, strerror(errno));
+        }
+        if (n == 0) {
+            TU_FAIL("control channel from rank %d: peer exited (EOF)", peer);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+void tu_signal(tu_ctx_t *ctx, int peer, uint32_t value)
+{
+    tu_ctl_write(ctx, peer, &value, sizeof(value));
+}
+
+uint32_t tu_wait_signal(tu_ctx_t *ctx, int peer)
+{
+    uint32_t value;
+    tu_ctl_read(ctx, peer, &value, sizeof(value));
+    return value;
+}
+
+void tu_wait_peer_exit(tu_ctx_t *ctx, int peer)
+{
+    int fd = tu_ctl_fd(ctx, peer);
+    char buf[64];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n == 0) return;
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == ECONNRESET) return;
+            TU_FAIL("control channel from rank %d: read: %s", peer, strerror(errno));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* pscom helpers                                                      */
+/* ------------------------------------------------------------------ */
+
+pscom_socket_t *tu_open_socket(tu_ctx_t *ctx, size_t userdata_size,
+                               size_t con_userdata_size)
+{
+    pscom_socket_t *sock = pscom_open_socket(userdata_size, con_userdata_size,
+                                             ctx->rank, PSCOM_SOCK_FLAG_INTER_JOB);
+    TU_ASSERT_NOT_NULL(sock);
+    char name[16];
+    if (ctx->rank == TU_SERVER) {
+        snprintf(name, sizeof(name), "server");
+    } else {
+        snprintf(name, sizeof(name), "client%02d", ctx->rank % 100);
+    }
+    pscom_socket_set_name(sock, name);
+    return sock;
+}
+
+void tu_server_listen(tu_ctx_t *ctx, pscom_socket_t *sock)
+{
+    char *ep = NULL;
+    TU_ASSERT_EQ(ctx->rank, TU_SERVER);
+    TU_ASSERT_OK(pscom_listen(sock, PSCOM_ANYPORT));
+    TU_ASSERT_OK(pscom_socket_get_ep_str(sock, &ep));
+    TU_ASSERT_NOT_NULL(ep);
+    ctx->ep = strdup(ep);
+    TU_ASSERT_NOT_NULL(ctx->ep);
+    pscom_socket_free_ep_str(ep);
+
+    uint32_t len = (uint32_t)strlen(ctx->ep);
+    for (int i = 1; i <= ctx->nclients; i++) {
+        tu_ctl_write(ctx, i, &len, sizeof(len));
+        tu_ctl_write(ctx, i, ctx->ep, len);
+    }
+}
+
+const char *tu_client_get_ep(tu_ctx_t *ctx)
+{
+    if (ctx->ep) return ctx->ep;
+    uint32_t len;
+    tu_ctl_read(ctx, TU_SERVER, &len, sizeof(len));
+    TU_ASSERT_LT(len, 4096);
+    ctx->ep = (char *)tu_malloc(len + 1);
+    tu_ctl_read(ctx, TU_SERVER, ctx->ep, len);
+    ctx->ep[len] = 0;
+    return ctx->ep;
+}
+
+void tu_check_con_type(pscom_connection_t *con)
+{
+    const char *want = getenv("PSCOM_TEST_CONTYPE");
+    TU_ASSERT_NOT_NULL(con);
+    if (!want || !*want) return;
+    const char *have = pscom_con_type_str(con->type);
+    if (!have || strcmp(have, want) != 0) {
+        TU_FAIL("connection type is \"%s\" (%d), PSCOM_TEST_CONTYPE wants \"%s\"",
+                have ? have : "(null)", (int)con->type, want);
+    }
+}
+
+pscom_connection_t *tu_client_connect(tu_ctx_t *ctx, pscom_socket_t *sock)
+{
+    const char *ep          = tu_client_get_ep(ctx);
+    pscom_connection_t *con = pscom_open_connection(sock);
+    TU_ASSERT_NOT_NULL(con);
+    TU_ASSERT_OK(pscom_connect(con, ep, TU_SERVER, PSCOM_CON_FLAG_DIRECT));
+    TU_ASSERT_EQ(con->state, PSCOM_CON_STATE_RW);
+    tu_check_con_type(con);
+
+    uint32_t hello[2] = {TU_TAG_HELLO, (uint32_t)ctx->rank};
+    pscom_send(con, hello, sizeof(hello), NULL, 0);
+    return con;
+}
+
+uint32_t tu_header_tag(const pscom_header_net_t *header_net)
+{
+    uint32_t tag = 0;
+    if (header_net->xheader_len >= sizeof(tag)) {
+        memcpy(&tag, (const void *)header_net->xheader, sizeof(tag));
+    }
+    return tag;
+}
+
+int tu_accept_tag(pscom_request_t *req, pscom_connection_t *con,
+                  pscom_header_net_t *header_net)
+{
+    (void)con;
+    uint32_t want;
+    memcpy(&want, (const void *)req->user, sizeof(want));
+    return header_net->xheader_len >= sizeof(want) && tu_header_tag(header_net) == want;
+}
+
+int tu_accept_none(pscom_request_t *req, pscom_connection_t *con,
+                   pscom_header_net_t *header_net)
+{
+    (void)req;
+    (void)con;
+    (void)header_net;
+    return 0;
+}
+
+void tu_server_accept_all(tu_ctx_t *ctx, pscom_socket_t *sock,
+                          pscom_connection_t **cons)
+{
+    for (int i = 0; i <= ctx->nclients; i++) cons[i] = NULL;
+    for (int k = 1; k <= ctx->nclients; k++) {
+        pscom_request_t *req = pscom_request_create(8, sizeof(uint32_t));
+        TU_ASSERT_NOT_NULL(req);
+        uint32_t tag = TU_TAG_HELLO;
+        memcpy((void *)req->user, &tag, sizeof(tag));
+        req->connection       = NULL;
+        req->socket           = sock;
+        req->xheader_len      = 8;
+        req->data             = NULL;
+        req->data_len         = 0;
+        req->ops.recv_accept  = tu_accept_tag;
+        req->ops.io_done      = NULL;
+        pscom_post_recv(req);
+        pscom_wait(req);
+        TU_ASSERT_SUCCESSFUL(req);
+        uint32_t hello[2];
+        memcpy(hello, (const void *)&req->xheader, sizeof(hello));
+        TU_ASSERT_EQ(hello[0], TU_TAG_HELLO);
+        int rank = (int)hello[1];
+        TU_ASSERT_MSG(rank >= 1 && rank <= ctx->nclients, "hello from rank %d", rank);
+        TU_ASSERT_NULL(cons[rank]);
+        TU_ASSERT_NOT_NULL(req->connection);
+        cons[rank] = req->connection;
+        tu_check_con_type(cons[rank]);
+        pscom_request_free(req);
+    }
+}
+
+void tu_send_tag(pscom_connection_t *con, uint32_t tag)
+{
+    pscom_send(con, &tag, sizeof(tag), NULL, 0);
+}
+
+pscom_connection_t *tu_wait_tag(pscom_connection_t *con, pscom_socket_t *sock,
+                                uint32_t tag)
+{
+    pscom_request_t *req = pscom_request_create(sizeof(tag), sizeof(tag));
+    TU_ASSERT_NOT_NULL(req);
+    memcpy((void *)req->user, &tag, sizeof(tag));
+    req->connection      = con;
+    req->socket          = con ? con->socket : sock;
+    req->xheader_len     = sizeof(tag);
+    req->data            = NULL;
+    req->data_len        = 0;
+    req->ops.recv_accept = tu_accept_tag;
+    req->ops.io_done     = NULL;
+    pscom_post_recv(req);
+    pscom_wait(req);
+    TU_ASSERT_SUCCESSFUL(req);
+    pscom_connection_t *from = req->connection;
+    pscom_request_free(req);
+    return from;
+}
+
+void tu_wait_flag(volatile int *flag)
+{
+    while (!*flag) pscom_wait_any();
+}
+
+int tu_poll_flag(volatile int *flag, int n)
+{
+    for (int i = 0; i < n && !*flag; i++) pscom_test_any();
+    return *flag;
+}

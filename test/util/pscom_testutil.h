@@ -1,0 +1,255 @@
+/*
+ * pscom_testutil.h - harness for the multi-process integration tests.
+ *
+ * tu_run() forks one server process and N client processes. Every child
+ * calls pscom_init() itself after the fork (the parent never touches
+ * pscom), arms a watchdog (alarm) and runs its role function. The server
+ * typically opens a socket, listens on PSCOM_ANYPORT and hands its
+ * endpoint string to the clients through the control channels
+ * (tu_server_listen()). The parent waits for all children and fails if any
+ * exits non-zero or by a signal (SIGKILL may be declared as expected per
+ * client); as soon as one child fails, the others are killed.
+ *
+ * Control channels: one AF_UNIX socketpair per client between the server
+ * and that client (tu_signal()/tu_wait_signal()). They are only used for
+ * start-up and for synchronisation points the test needs; never sleep.
+ *
+ * Assertion macros print file:line, the failed expression and the values,
+ * then _exit(1) (no atexit handlers, so a failing child never blocks in
+ * the library's shutdown).
+ *
+ * Environment:
+ *   PSCOM_TEST_TIMEOUT  watchdog seconds per process (default 60)
+ *   PSCOM_TEST_CONTYPE  if set (e.g. "tcp"), every connection set up
+ *                       through the harness must have this type
+ *                       (pscom_con_type_str()); this lets a ctest entry
+ *                       prove which transport it ran over.
+ *   PSP_*               passed through to the library untouched.
+ */
+#ifndef PSCOM_TESTUTIL_H
+#define PSCOM_TESTUTIL_H
+
+#include <pscom.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TU_MAX_CLIENTS 16
+#define TU_SERVER      0 /* rank of the server role */
+
+typedef struct tu_ctx {
+    const char *name; /* scenario name (for messages) */
+    int nclients;
+    int rank;  /* 0 = server, 1..nclients = clients */
+    pid_t client_pids[TU_MAX_CLIENTS + 1]; /* [1..nclients], valid in the server */
+    char *ep;  /* server endpoint string: server after tu_server_listen(),
+                  clients after tu_client_get_ep() / tu_client_connect() */
+    int ctl[TU_MAX_CLIENTS + 1]; /* control fds: server: [1..n], client: [0] */
+} tu_ctx_t;
+
+typedef int (*tu_role_fn)(tu_ctx_t *ctx);
+
+typedef struct tu_opts {
+    unsigned timeout;          /* watchdog seconds; 0 = PSCOM_TEST_TIMEOUT or 60 */
+    unsigned killed_ok_mask;   /* bit i set: client i may end by SIGKILL */
+    unsigned killed_must_mask; /* bit i set: client i must end by SIGKILL */
+} tu_opts_t;
+
+/* Run server + nclients clients (nclients may be 0). Returns 0 on success,
+ * 1 on failure (after printing why). client may be NULL if nclients == 0. */
+int tu_run(const char *name, int nclients, tu_role_fn server, tu_role_fn client,
+           const tu_opts_t *opts);
+
+/* ------------------------------------------------------------------ */
+/* Failure reporting                                                  */
+/* ------------------------------------------------------------------ */
+
+void tu_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
+/* "[name role pid]" prefix of this process */
+const char *tu_who(void);
+void tu_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define TU_FAIL(...) tu_fail(__FILE__, __LINE__, __VA_ARGS__)
+
+#define TU_ASSERT(cond)                                                        \
+    do {                                                                       \
+        if (!(cond)) TU_FAIL("assertion failed: %s", #cond);                   \
+    } while (0)
+
+#define TU_ASSERT_MSG(cond, fmt, ...)                                          \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            TU_FAIL("assertion failed: %s: " fmt, #cond, ##__VA_ARGS__);       \
+    } while (0)
+
+#define TU_CMP_(a, op, b)                                                      \
+    do {                                                                       \
+        long long tu_a_ = (long long)(a);                                      \
+        long long tu_b_ = (long long)(b);                                      \
+        if (!(tu_a_ op tu_b_))                                                 \
+            TU_FAIL("assertion failed: %s %s %s (%lld %s %lld, 0x%llx vs "     \
+                    "0x%llx)",                                                 \
+                    #a, #op, #b, tu_a_, #op, tu_b_, (unsigned long long)tu_a_, \
+                    (unsigned long long)tu_b_);                                \
+    } while (0)
+#define TU_ASSERT_EQ(a, b) TU_CMP_(a, ==, b)
+#define TU_ASSERT_NE(a, b) TU_CMP_(a, !=, b)
+#define TU_ASSERT_LT(a, b) TU_CMP_(a, <, b)
+#define TU_ASSERT_LE(a, b) TU_CMP_(a, <=, b)
+#define TU_ASSERT_GT(a, b) TU_CMP_(a, >, b)
+#define TU_ASSERT_GE(a, b) TU_CMP_(a, >=, b)
+
+#define TU_ASSERT_PTR_EQ(a, b)                                                 \
+    do {                                                                       \
+        const void *tu_a_ = (const void *)(a);                                 \
+        const void *tu_b_ = (const void *)(b);                                 \
+        if (tu_a_ != tu_b_)                                                    \
+            TU_FAIL("assertion failed: %s == %s (%p vs %p)", #a, #b, tu_a_,    \
+                    tu_b_);                                                    \
+    } while (0)
+#define TU_ASSERT_NULL(p) TU_ASSERT_PTR_EQ(p, NULL)
+#define TU_ASSERT_NOT_NULL(p)                                                  \
+    do {                                                                       \
+        if ((p) == NULL) TU_FAIL("assertion failed: %s != NULL", #p);          \
+    } while (0)
+
+#define TU_ASSERT_STR_EQ(a, b)                                                 \
+    do {                                                                       \
+        const char *tu_a_ = (a);                                               \
+        const char *tu_b_ = (b);                                               \
+        if (!tu_a_ || !tu_b_ || strcmp(tu_a_, tu_b_) != 0)                     \
+            TU_FAIL("assertion failed: %s == %s (\"%s\" vs \"%s\")", #a, #b,   \
+                    tu_a_ ? tu_a_ : "(null)", tu_b_ ? tu_b_ : "(null)");       \
+    } while (0)
+
+/* pscom_err_t result */
+#define TU_ASSERT_ERR(call, expected)                                          \
+    do {                                                                       \
+        pscom_err_t tu_e_   = (call);                                          \
+        pscom_err_t tu_exp_ = (expected);                                      \
+        if (tu_e_ != tu_exp_)                                                  \
+            TU_FAIL("%s returned %d (%s), expected %d (%s)", #call,            \
+                    (int)tu_e_, tu_err_str(tu_e_), (int)tu_exp_,               \
+                    tu_err_str(tu_exp_));                                      \
+    } while (0)
+#define TU_ASSERT_OK(call) TU_ASSERT_ERR(call, PSCOM_SUCCESS)
+const char *tu_err_str(pscom_err_t err); /* copy of pscom_err_str() */
+
+/* request state bits */
+#define TU_ASSERT_STATE_HAS(state, bits)                                       \
+    do {                                                                       \
+        pscom_req_state_t tu_s_ = (state);                                     \
+        pscom_req_state_t tu_b_ = (bits);                                      \
+        if ((tu_s_ & tu_b_) != tu_b_)                                          \
+            TU_FAIL("state %s = 0x%x [%s] lacks bits %s = 0x%x [%s]", #state,  \
+                    tu_s_, tu_state_str(tu_s_), #bits, tu_b_,                  \
+                    tu_state_str(tu_b_));                                      \
+    } while (0)
+#define TU_ASSERT_STATE_LACKS(state, bits)                                     \
+    do {                                                                       \
+        pscom_req_state_t tu_s_ = (state);                                     \
+        pscom_req_state_t tu_b_ = (bits);                                      \
+        if ((tu_s_ & tu_b_) != 0)                                              \
+            TU_FAIL("state %s = 0x%x [%s] must not have %s = 0x%x", #state,    \
+                    tu_s_, tu_state_str(tu_s_), #bits, tu_b_);                 \
+    } while (0)
+#define TU_ASSERT_SUCCESSFUL(req)                                              \
+    do {                                                                       \
+        pscom_req_state_t tu_s_ = (req)->state;                                \
+        if (!pscom_req_state_successful(tu_s_))                                \
+            TU_FAIL("request %s not successful: state 0x%x [%s]", #req,        \
+                    tu_s_, tu_state_str(tu_s_));                               \
+    } while (0)
+/* pscom_req_state_str() into a rotating private buffer */
+const char *tu_state_str(pscom_req_state_t state);
+
+/* memory */
+#define TU_ASSERT_MEM_EQ(a, b, n)                                              \
+    tu_assert_mem_eq(__FILE__, __LINE__, #a, #b, (a), (b), (n))
+void tu_assert_mem_eq(const char *file, int line, const char *ea,
+                      const char *eb, const void *a, const void *b, size_t n);
+
+/* deterministic content: byte i of pattern `seed` */
+void tu_fill(void *buf, size_t len, uint32_t seed);
+/* returns the offset of the first wrong byte, or (size_t)-1 */
+size_t tu_check(const void *buf, size_t len, uint32_t seed);
+#define TU_ASSERT_PATTERN(buf, len, seed)                                      \
+    tu_assert_pattern(__FILE__, __LINE__, #buf, (buf), (len), (seed))
+void tu_assert_pattern(const char *file, int line, const char *ebuf,
+                       const void *buf, size_t len, uint32_t seed);
+/* every byte == val */
+#define TU_ASSERT_BYTES(buf, len, val)                                         \
+    tu_assert_bytes(__FILE__, __LINE__, #buf, (buf), (len), (val))
+void tu_assert_bytes(const char *file, int line, const char *ebuf,
+                     const void *buf, size_t len, unsigned char val);
+
+void *tu_malloc(size_t size); /* asserts success */
+
+/* ------------------------------------------------------------------ */
+/* Control channel (server <-> client), pipe-like, never pscom        */
+/* ------------------------------------------------------------------ */
+
+/* Send one value to `peer` (server: client rank 1..n; client: TU_SERVER). */
+void tu_signal(tu_ctx_t *ctx, int peer, uint32_t value);
+/* Block until `peer` sends a value; fails if the peer is gone. */
+uint32_t tu_wait_signal(tu_ctx_t *ctx, int peer);
+/* Block until the peer's control channel reaches EOF (peer exited). */
+void tu_wait_peer_exit(tu_ctx_t *ctx, int peer);
+
+/* ------------------------------------------------------------------ */
+/* pscom helpers                                                      */
+/* ------------------------------------------------------------------ */
+
+/* Open an INTER_JOB socket (rank = ctx->rank) and name it "<prefix><rank>". */
+pscom_socket_t *tu_open_socket(tu_ctx_t *ctx, size_t userdata_size,
+                               size_t con_userdata_size);
+/* Server: pscom_listen(sock, PSCOM_ANYPORT), get the endpoint string and
+ * send it to every client. Set sock->ops before calling. */
+void tu_server_listen(tu_ctx_t *ctx, pscom_socket_t *sock);
+/* Client: receive the server's endpoint string (stored in ctx->ep). */
+const char *tu_client_get_ep(tu_ctx_t *ctx);
+/* Client: open a connection on sock, connect it DIRECT to the server and
+ * send the hello message (so that tu_server_accept_all() can map it). */
+pscom_connection_t *tu_client_connect(tu_ctx_t *ctx, pscom_socket_t *sock);
+/* Server: receive one hello from every client; cons[i] (i = 1..nclients)
+ * becomes the connection of client i. cons must have nclients+1 slots. */
+void tu_server_accept_all(tu_ctx_t *ctx, pscom_socket_t *sock,
+                          pscom_connection_t **cons);
+/* Assert the connection type against PSCOM_TEST_CONTYPE (if set). */
+void tu_check_con_type(pscom_connection_t *con);
+
+/* Tagged zero-data messages ("fences"): the xheader is the 4-byte tag. */
+#define TU_TAG_HELLO 0xF00DBEEFu
+void tu_send_tag(pscom_connection_t *con, uint32_t tag);
+/* Receive the next message with this tag (other messages are left to
+ * other receives or become unexpected). con may be NULL (any connection of
+ * sock). Returns the connection it came from. */
+pscom_connection_t *tu_wait_tag(pscom_connection_t *con, pscom_socket_t *sock,
+                                uint32_t tag);
+/* recv_accept that accepts messages whose first xheader u32 equals
+ * *(uint32_t *)request->user (request created with user_size >= 4). */
+int tu_accept_tag(pscom_request_t *req, pscom_connection_t *con,
+                  pscom_header_net_t *header_net);
+/* first u32 of an incoming xheader, or 0 if shorter than 4 bytes */
+uint32_t tu_header_tag(const pscom_header_net_t *header_net);
+/* recv_accept that never accepts (parked receives, spec 5.3 flow control) */
+int tu_accept_none(pscom_request_t *req, pscom_connection_t *con,
+                   pscom_header_net_t *header_net);
+
+/* Wait (pscom_wait_any) until *flag != 0. */
+void tu_wait_flag(volatile int *flag);
+
+/* pscom_test_any() up to n times or until *flag != 0; returns *flag */
+int tu_poll_flag(volatile int *flag, int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PSCOM_TESTUTIL_H */
