@@ -25,6 +25,8 @@
 #include "pscom_progress.h"
 #include "pscom_queues.h"
 #include "pscom_req.h"
+#include "pscom_rma.h"
+#include "pscom_rndv.h"
 #include "pscom_sock.h"
 #include "pscom_wire.h"
 
@@ -39,6 +41,12 @@ pscom_con_t *pscom_con_create(pscom_sock_t *sock)
     pscom_list_init(&con->sendq);
     pscom_list_init(&con->recvq_user);
     pscom_list_init(&con->genrecvq);
+    pscom_list_init(&con->rndv_sends);
+    pscom_list_init(&con->rndv_recvs);
+    pscom_list_init(&con->rma_pending);
+    con->rendezvous_size = pscom_config.rendezvous >= PSCOM_ENV_UINT_INF
+                               ? SIZE_MAX
+                               : pscom_config.rendezvous;
     con->pub.socket        = &sock->pub;
     con->pub.state         = PSCOM_CON_STATE_CLOSED;
     con->pub.type          = PSCOM_CON_TYPE_NONE;
@@ -70,6 +78,11 @@ pscom_connection_t *pscom_con_pub(pscom_con_t *con)
 pscom_sock_t *pscom_con_sock(pscom_con_t *con)
 {
     return con->sock;
+}
+
+void pscom_con_set_rendezvous_size(pscom_con_t *con, size_t size)
+{
+    con->rendezvous_size = size;
 }
 
 const char *pscom_con_name(pscom_con_t *con)
@@ -198,19 +211,94 @@ void pscom_con_queue_send(pscom_con_t *con, pscom_req_t *req)
     pscom_con_write_kick(con);
 }
 
+pscom_req_t *pscom_ctrl_create(uint8_t type, const void *xheader, size_t xheader_len,
+                               size_t data_copy_len)
+{
+    pscom_req_t *req = pscom_req_create(xheader_len, data_copy_len);
+    if (!req) {
+        plog_err("out of memory for a control message");
+        return NULL;
+    }
+    req->flags |= PSCOM_REQF_INTERNAL;
+    req->on_done     = pscom_ctrl_free;
+    req->pub.state   = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    req->pub.data    = req->pub.user;
+    req->pub.data_len = data_copy_len;
+    req->pub.xheader_len = xheader_len;
+    if (xheader_len) memcpy(&req->pub.xheader, xheader, xheader_len);
+    pscom_wire_header_encode(&req->pub.header, (uint16_t)xheader_len, type, data_copy_len);
+    return req;
+}
+
+void pscom_ctrl_set_data(pscom_req_t *req, void *data, size_t len)
+{
+    uint16_t xlen;
+    uint8_t type;
+    uint64_t old;
+    pscom_wire_header_decode(&req->pub.header, &xlen, &type, &old);
+    req->pub.data     = data;
+    req->pub.data_len = len;
+    pscom_wire_header_encode(&req->pub.header, xlen, type, len);
+}
+
+void pscom_ctrl_free(pscom_req_t *req)
+{
+    pscom_req_free(req);
+}
+
+void pscom_con_send_ctrl(pscom_con_t *con, pscom_req_t *req)
+{
+    req->con = con;
+    if (con->eof_queued || con->transport_closed || con->connect_failed) {
+        req->pub.state |= PSCOM_REQ_STATE_ERROR;
+        req->on_done(req);
+        return;
+    }
+    pscom_con_queue_send(con, req);
+}
+
+int pscom_con_writable(const pscom_con_t *con)
+{
+    return !con->eof_queued && !con->transport_closed && !con->connect_failed &&
+           (con->transport || con->precon);
+}
+
+void pscom_con_post_send(pscom_con_t *con, pscom_req_t *req, uint8_t msg_type)
+{
+    pscom_request_t *r = &req->pub;
+    if (pscom_unlikely(r->xheader_len > r->max_xheader_len || r->data_len > PSCOM_DATA_LEN_MASK ||
+                       !pscom_con_writable(con))) {
+        if (pscom_con_writable(con))
+            plog_err("send: xheader_len %zu > max %zu or data_len %zu too large", r->xheader_len,
+                     r->max_xheader_len, r->data_len);
+        pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
+        return;
+    }
+    /* the xheader length is 16 bits on the wire (truncated, as specified) */
+    pscom_wire_header_encode(&r->header, (uint16_t)r->xheader_len, msg_type, r->data_len);
+    pscom_con_queue_send(con, req);
+}
+
+static void eof_req_sent(pscom_req_t *req)
+{
+    pscom_con_t *con = req->con;
+    int failed       = req->pub.state & PSCOM_REQ_STATE_ERROR;
+    pscom_req_free(req);
+    if (!failed) pscom_con_eof_sent(con);
+}
+
 static void queue_eof(pscom_con_t *con)
 {
     if (con->eof_queued) return;
-    pscom_req_t *req = pscom_req_create(0, 0);
+    pscom_req_t *req = pscom_ctrl_create(PSCOM_MSGTYPE_EOF, NULL, 0, 0);
     if (!req) {
-        plog_err("%s: out of memory for the EOF message", pscom_con_name(con));
         pscom_con_transport_error(con, PSCOM_OP_WRITE, ENOMEM);
         return;
     }
-    con->eof_queued = 1;
-    req->flags |= PSCOM_REQF_EOF | PSCOM_REQF_INTERNAL;
-    req->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
-    pscom_wire_header_encode(&req->pub.header, 0, PSCOM_MSGTYPE_EOF, 0);
+    req->flags |= PSCOM_REQF_EOF;
+    req->on_done = eof_req_sent;
+    req->con        = con;
+    con->eof_queued = 1; /* before queueing: loopback answers re-entrantly */
     pscom_con_queue_send(con, req);
 }
 
@@ -261,7 +349,7 @@ void pscom_con_fail_requests(pscom_con_t *con)
         if (req->flags & PSCOM_REQF_EOF) {
             pscom_req_free(req);
         } else {
-            pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
+            pscom_req_fail(req);
         }
     }
     /* a message being received */
@@ -273,12 +361,14 @@ void pscom_con_fail_requests(pscom_con_t *con)
             pscom_list_del(&in->next_alt);
             pscom_req_free(in);
         } else {
-            pscom_req_complete_with(in, PSCOM_REQ_STATE_ERROR);
+            pscom_req_fail(in);
         }
     }
     con->in.skipping = 0;
     con->in.fill     = 0;
     pscom_recv_fail_con(con);
+    pscom_rndv_fail_con(con);
+    pscom_rma_fail_con(con);
 }
 
 void pscom_con_transport_error(pscom_con_t *con, pscom_op_t op, int err)

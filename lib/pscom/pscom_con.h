@@ -35,6 +35,10 @@ struct pscom_con {
     pscom_list_t recvq_user;    /* posted receives on this connection */
     pscom_list_t genrecvq;      /* unexpected messages (req.next) in arrival order */
     pscom_con_in_t in;
+    pscom_list_t rndv_sends;    /* rendezvous sends waiting for the peer (req.next) */
+    pscom_list_t rndv_recvs;    /* rendezvous receives waiting for data (req.next) */
+    pscom_list_t rma_pending;   /* RMA reads/gets waiting for their answer (req.next) */
+    size_t rendezvous_size;     /* sends of at least this many bytes use rendezvous */
 
     unsigned listed : 1;        /* in sock->connections (visible to the user) */
     unsigned user_closed : 1;   /* pscom_close_connection() was called */
@@ -67,6 +71,24 @@ void pscom_con_setup_failed(pscom_con_t *con, pscom_err_t err);
 void pscom_con_write_kick(pscom_con_t *con);
 /* Queue an internal send (pscom_send copies, EOF, control messages). */
 void pscom_con_queue_send(pscom_con_t *con, pscom_req_t *req);
+
+/* Internal control message of the given type: xheader copied, and a data
+ * area of data_copy_len bytes in the request (req->pub.data) to fill, or
+ * point it elsewhere with pscom_ctrl_set_data(). on_done defaults to
+ * pscom_ctrl_free. NULL on ENOMEM (logged). */
+pscom_req_t *pscom_ctrl_create(uint8_t type, const void *xheader, size_t xheader_len,
+                               size_t data_copy_len);
+void pscom_ctrl_set_data(pscom_req_t *req, void *data, size_t len);
+void pscom_ctrl_free(pscom_req_t *req);
+/* Queue it on con (fails it at once, calling on_done with ERROR, if con
+ * cannot send any more). */
+void pscom_con_send_ctrl(pscom_con_t *con, pscom_req_t *req);
+
+/* Can the connection take new sends? */
+int pscom_con_writable(const pscom_con_t *con);
+/* Queue a posted request (state set) as a message of msg_type; fails it
+ * with ERROR if the connection cannot send or the request is malformed. */
+void pscom_con_post_send(pscom_con_t *con, pscom_req_t *req, uint8_t msg_type);
 
 /* Peer's EOF message arrived. */
 void pscom_con_eof_received(pscom_con_t *con);

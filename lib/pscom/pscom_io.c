@@ -15,6 +15,8 @@
 #include "pscom_plugin.h"
 #include "pscom_queues.h"
 #include "pscom_req.h"
+#include "pscom_rma.h"
+#include "pscom_rndv.h"
 #include "pscom_wire.h"
 
 /* ---- receive ------------------------------------------------------------ */
@@ -91,7 +93,9 @@ static void message_done(pscom_con_t *con)
     in->skipping       = 0;
     in->data_done = in->data_len = 0;
     if (!req) return;
-    if (req->pub.state & PSCOM_REQ_STATE_GRECV_REQUEST) {
+    if (req->on_done) {
+        req->on_done(req);
+    } else if (req->pub.state & PSCOM_REQ_STATE_GRECV_REQUEST) {
         req->data_done = req->pub.data_len;
         pscom_unexpected_done(req);
     } else {
@@ -125,18 +129,44 @@ static int dispatch(pscom_con_t *con, uint8_t type, uint64_t dlen)
     pscom_con_in_t *in = &con->in;
     in->data_len       = (size_t)dlen;
     in->data_done      = 0;
+    pscom_header_net_t *hn = (pscom_header_net_t *)in->buf;
+    int err;
     switch (type) {
     case PSCOM_MSGTYPE_USER:
-        in->req = pscom_match_incoming(con, (pscom_header_net_t *)in->buf);
+        in->req = pscom_match_incoming(con, hn, NULL);
         if (!in->req) return protocol_error(con, "unexpected message too large to buffer", 0);
-        in->skipping = 0;
         return 0;
     case PSCOM_MSGTYPE_EOF:
         if (dlen) return protocol_error(con, "EOF message with data", (unsigned)dlen);
         return 0;
+    case PSCOM_MSGTYPE_RENDEZVOUS_REQ:
+    case PSCOM_MSGTYPE_RENDEZVOUS_CTS:
+    case PSCOM_MSGTYPE_RENDEZVOUS_DATA:
+    case PSCOM_MSGTYPE_RENDEZVOUS_FIN:
+        err = pscom_rndv_recv(con, hn, &in->req);
+        break;
+    case PSCOM_MSGTYPE_RMA_WRITE:
+    case PSCOM_MSGTYPE_RMA_READ:
+    case PSCOM_MSGTYPE_RMA_READ_ANSWER:
+    case PSCOM_MSGTYPE_RMA_PUT:
+    case PSCOM_MSGTYPE_RMA_PUT_DONE:
+    case PSCOM_MSGTYPE_RMA_ACCUMULATE:
+    case PSCOM_MSGTYPE_RMA_GET_REQ:
+    case PSCOM_MSGTYPE_RMA_GET_DONE:
+    case PSCOM_MSGTYPE_RMA_GET_REP:
+    case PSCOM_MSGTYPE_RMA_GET_ACCUMULATE_REQ:
+    case PSCOM_MSGTYPE_RMA_GET_ACCUMULATE_REP:
+    case PSCOM_MSGTYPE_RMA_FETCH_AND_OP_REQ:
+    case PSCOM_MSGTYPE_RMA_FETCH_AND_OP_REP:
+    case PSCOM_MSGTYPE_RMA_COMPARE_AND_SWAP_REQ:
+    case PSCOM_MSGTYPE_RMA_COMPARE_AND_SWAP_REP:
+        err = pscom_rma_recv(con, hn, &in->req);
+        break;
     default:
         return protocol_error(con, "unknown message type", type);
     }
+    if (err) return protocol_error(con, "malformed control message", type);
+    return 0;
 }
 
 /* Parse what the readahead buffer holds. Returns 1 to stop reading. */
@@ -274,9 +304,8 @@ void pscom_wire_header_get(const void *head, size_t *xheader_len, size_t *data_l
 static void send_done(pscom_con_t *con, pscom_req_t *req)
 {
     pscom_list_del(&req->next);
-    if (req->flags & PSCOM_REQF_EOF) {
-        pscom_req_free(req);
-        pscom_con_eof_sent(con);
+    if (req->on_done) {
+        req->on_done(req);
     } else {
         pscom_req_complete(req);
     }

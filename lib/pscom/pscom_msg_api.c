@@ -15,34 +15,15 @@
 #include "pscom_progress.h"
 #include "pscom_queues.h"
 #include "pscom_req.h"
+#include "pscom_rndv.h"
 #include "pscom_sock.h"
 #include "pscom_wire.h"
 
 /* ---- send ---------------------------------------------------------------- */
 
-static int con_writable(const pscom_con_t *con)
-{
-    return !con->eof_queued && !con->transport_closed && !con->connect_failed &&
-           (con->transport || con->precon);
-}
-
-/* Queue a USER message; the request's state is already set. */
 static void send_user(pscom_req_t *req)
 {
-    pscom_request_t *r = &req->pub;
-    pscom_con_t *con   = pscom_con_from_pub(r->connection);
-
-    if (pscom_unlikely(r->xheader_len > r->max_xheader_len || r->data_len > PSCOM_DATA_LEN_MASK ||
-                       !con_writable(con))) {
-        if (con_writable(con))
-            plog_err("pscom_post_send: xheader_len %zu > max %zu or data_len %zu too large",
-                     r->xheader_len, r->max_xheader_len, r->data_len);
-        pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
-        return;
-    }
-    /* the xheader length is 16 bits on the wire (truncated, as specified) */
-    pscom_wire_header_encode(&r->header, (uint16_t)r->xheader_len, PSCOM_MSGTYPE_USER, r->data_len);
-    pscom_con_queue_send(con, req);
+    pscom_con_post_send(pscom_con_from_pub(req->pub.connection), req, PSCOM_MSGTYPE_USER);
 }
 
 PSCOM_API void pscom_post_send(pscom_request_t *request)
@@ -50,8 +31,15 @@ PSCOM_API void pscom_post_send(pscom_request_t *request)
     assert(request->state & PSCOM_REQ_STATE_DONE);
     assert(request->connection);
     pscom_lock();
-    request->state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
-    send_user(pscom_req_from_pub(request));
+    pscom_req_t *req = pscom_req_from_pub(request);
+    pscom_con_t *con = pscom_con_from_pub(request->connection);
+    request->state   = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    if (request->data_len >= con->rendezvous_size && pscom_con_writable(con) &&
+        request->xheader_len <= request->max_xheader_len) {
+        pscom_rndv_send(con, req);
+    } else {
+        send_user(req);
+    }
     pscom_unlock();
 }
 

@@ -52,7 +52,9 @@ static int desc_valid(const pscom_plugin_desc_t *d, const char *where)
                  d->abi_version, d->desc_size, PSCOM_PLUGIN_ABI_VERSION, sizeof(*d));
         return 0;
     }
-    if (!d->name || !d->ops || !d->ops->con_start || !d->ops->write_start || !d->ops->close) {
+    if (!d->name || !d->ops || !d->ops->con_start || !d->ops->write_start || !d->ops->close ||
+        (!!(d->caps & PSCOM_PLUGIN_CAP_RMA_READ) != !!d->ops->rma_read) ||
+        (!!(d->caps & PSCOM_PLUGIN_CAP_RMA_WRITE) != !!d->ops->rma_write)) {
         plog_err("plugin %s: incomplete descriptor: rejected", where);
         return 0;
     }

@@ -17,6 +17,7 @@
 #include "pscom_core.h"
 #include "pscom_log.h"
 #include "pscom_req.h"
+#include "pscom_rndv.h"
 #include "pscom_sock.h"
 #include "pscom_wire.h"
 
@@ -96,13 +97,22 @@ static size_t xheader_copy_len(pscom_req_t *req, size_t incoming)
     return n < incoming ? n : incoming;
 }
 
-static pscom_req_t *create_unexpected(pscom_con_t *con, size_t xlen, uint64_t dlen)
+static pscom_req_t *create_unexpected(pscom_con_t *con, size_t xlen, uint64_t dlen,
+                                      const pscom_rndv_rts_t *rndv)
 {
     if (dlen > SIZE_MAX / 2) return NULL;
-    pscom_req_t *gen = pscom_req_create(xlen, (size_t)dlen);
+    size_t store     = rndv ? sizeof(*rndv) : (size_t)dlen;
+    pscom_req_t *gen = pscom_req_create(xlen, store);
     if (!gen) return NULL;
     gen->pub.state       = PSCOM_REQ_STATE_GRECV_REQUEST;
     gen->pub.data        = gen->pub.user;
+    if (rndv) {
+        /* only the announcement is kept; the data stays with the sender */
+        memcpy(gen->pub.user, rndv, sizeof(*rndv));
+        gen->pub.data = NULL;
+        gen->flags |= PSCOM_REQF_RNDV;
+        gen->pub.state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST;
+    }
     gen->pub.data_len    = (size_t)dlen;
     gen->pub.xheader_len = xlen;
     gen->con             = con;
@@ -112,7 +122,8 @@ static pscom_req_t *create_unexpected(pscom_con_t *con, size_t xlen, uint64_t dl
     return gen;
 }
 
-pscom_req_t *pscom_match_incoming(pscom_con_t *con, pscom_header_net_t *hn)
+pscom_req_t *pscom_match_incoming(pscom_con_t *con, pscom_header_net_t *hn,
+                                  const pscom_rndv_rts_t *rndv)
 {
     pscom_sock_t *sock = con->sock;
     uint16_t xlen;
@@ -140,7 +151,7 @@ pscom_req_t *pscom_match_incoming(pscom_con_t *con, pscom_header_net_t *hn)
                (req = find_posted(&pscom.recvq_any_global, con, hn, 1))) {
         dequeue_posted(req);
     } else {
-        req = create_unexpected(con, xlen, dlen);
+        req = create_unexpected(con, xlen, dlen, rndv);
         if (!req) {
             plog_err("%s: cannot buffer an unexpected message of %llu bytes: %m",
                      pscom_con_name(con), (unsigned long long)dlen);
@@ -173,6 +184,7 @@ static void merge(pscom_req_t *req, pscom_req_t *gen)
     pscom_con_t *con = gen->con;
     size_t dlen      = gen->pub.data_len;
     size_t copy      = gen->data_done < req->pub.data_len ? gen->data_done : req->pub.data_len;
+    if (gen->flags & PSCOM_REQF_RNDV) copy = 0;
 
     unexpected_unlink(gen);
     memcpy(&req->pub.header, &gen->pub.header,
@@ -184,7 +196,12 @@ static void merge(pscom_req_t *req, pscom_req_t *gen)
     if (copy) memcpy(req->pub.data, gen->pub.data, copy);
 
     gen->pub.state |= PSCOM_REQ_STATE_GRECV_MERGED;
-    if (gen->pub.state & PSCOM_REQ_STATE_IO_DONE) {
+    if (gen->flags & PSCOM_REQF_RNDV) {
+        pscom_rndv_rts_t rts;
+        memcpy(&rts, gen->pub.user, sizeof(rts));
+        pscom_req_free(gen);
+        pscom_rndv_matched(con, req, &rts);
+    } else if (gen->pub.state & PSCOM_REQ_STATE_IO_DONE) {
         pscom_req_free(gen);
         pscom_req_complete(req);
     } else {

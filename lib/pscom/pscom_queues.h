@@ -12,8 +12,13 @@
  * its whole xheader (valid during the call). Returns the request receiving
  * it: default_recv's, a posted one (dequeued), or a new unexpected one.
  * NULL only if an unexpected request cannot be allocated. Sets IO_STARTED,
- * TRUNCATED, copies header+xheader, connection and socket. */
-pscom_req_t *pscom_match_incoming(pscom_con_t *con, pscom_header_net_t *hn);
+ * TRUNCATED, copies header+xheader, connection and socket.
+ * rndv: the message is a rendezvous request (hn->data_len is the real
+ * length): an unexpected one stores only the request, not the data; a
+ * matched receive must then be handed to pscom_rndv_matched(). */
+struct pscom_rndv_rts;
+pscom_req_t *pscom_match_incoming(pscom_con_t *con, pscom_header_net_t *hn,
+                                  const struct pscom_rndv_rts *rndv);
 
 /* Post a receive (pscom_post_recv after checks). May complete at once. */
 void pscom_recv_post(pscom_req_t *req);

@@ -14,6 +14,7 @@
 /* internal flags */
 #define PSCOM_REQF_EOF      0x1 /* the EOF message of a connection */
 #define PSCOM_REQF_INTERNAL 0x2 /* created by the library (pscom_send, EOF, ...) */
+#define PSCOM_REQF_RNDV     0x4 /* unexpected: a rendezvous request, data not yet fetched */
 
 struct pscom_req {
     uint32_t magic;
@@ -24,7 +25,12 @@ struct pscom_req {
     pscom_list_t all;       /* pscom.requests (PSP_DEBUG_REQ) */
     size_t send_off;        /* send: bytes of header+xheader+data already sent */
     size_t data_done;       /* unexpected: data bytes stored so far */
-    pscom_con_t *con;       /* unexpected: the connection it arrived on */
+    pscom_con_t *con;       /* unexpected / internal: its connection */
+    uint64_t id;            /* rendezvous / RMA: id the peer refers to it by */
+    /* Internal completion (lock held): called instead of the standard
+     * completion when the request's bytes are sent or received, also when
+     * it failed (ERROR set). It owns the request from then on. */
+    void (*on_done)(pscom_req_t *req);
     pscom_request_t pub;    /* must be last */
 };
 
@@ -47,6 +53,17 @@ static inline void pscom_req_complete_with(pscom_req_t *req, unsigned bits)
 {
     req->pub.state |= bits;
     pscom_req_complete(req);
+}
+
+/* Failed: ERROR, then on_done or the standard completion. */
+static inline void pscom_req_fail(pscom_req_t *req)
+{
+    req->pub.state |= PSCOM_REQ_STATE_ERROR;
+    if (req->on_done) {
+        req->on_done(req);
+    } else {
+        pscom_req_complete(req);
+    }
 }
 
 /* Run queued io_done callbacks (called by pscom_unlock). */

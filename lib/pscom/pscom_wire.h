@@ -48,7 +48,11 @@ typedef enum pscom_msgtype {
     PSCOM_MSGTYPE_RMA_GET_ACCUMULATE_REQ   = 18,
     PSCOM_MSGTYPE_RMA_FETCH_AND_OP_REQ     = 19,
     PSCOM_MSGTYPE_RMA_COMPARE_AND_SWAP_REQ = 20,
-    PSCOM_MSGTYPE_COUNT                    = 21,
+    PSCOM_MSGTYPE_RENDEZVOUS_CTS           = 21, /* ours: receiver is ready (push mode) */
+    PSCOM_MSGTYPE_RENDEZVOUS_DATA          = 22, /* ours: rendezvous payload (push mode) */
+    PSCOM_MSGTYPE_RMA_PUT_DONE             = 23, /* ours: put data already written directly */
+    PSCOM_MSGTYPE_RMA_GET_DONE             = 24, /* ours: get data already read directly */
+    PSCOM_MSGTYPE_COUNT                    = 25,
 } pscom_msgtype_t;
 
 #define PSCOM_WIRE_HEADER_SIZE 8
@@ -75,6 +79,41 @@ static inline void pscom_wire_header_decode(const void *src, uint16_t *xheader_l
     *msg_type    = (uint8_t)((w >> 16) & 0xff);
     *data_len    = w >> 24;
 }
+
+/* ---- rendezvous (all fields little-endian) -------------------------------
+ * RENDEZVOUS_REQ  xheader: the user's xheader     data: pscom_rndv_rts_t
+ * RENDEZVOUS_CTS  xheader: pscom_rndv_cts_t       data: none
+ * RENDEZVOUS_DATA xheader: uint64_t recv_id       data: cts.len bytes
+ * RENDEZVOUS_FIN  xheader: pscom_rndv_fin_t       data: none (read mode)
+ */
+typedef struct pscom_rndv_rts {
+    uint64_t sender_id; /* the sender's id of the send request */
+    uint64_t data_len;  /* real message length (the user sees it as header.data_len) */
+    uint64_t src_addr;  /* sender's buffer for direct reads, 0 = push mode only */
+    uint64_t reserved;
+} pscom_rndv_rts_t;
+_Static_assert(sizeof(pscom_rndv_rts_t) == 32, "rts");
+
+typedef struct pscom_rndv_cts {
+    uint64_t sender_id;
+    uint64_t recv_id; /* to put into RENDEZVOUS_DATA */
+    uint64_t len;     /* bytes wanted: min(message, receive buffer) */
+} pscom_rndv_cts_t;
+_Static_assert(sizeof(pscom_rndv_cts_t) == 24, "cts");
+
+typedef struct pscom_rndv_fin {
+    uint64_t sender_id;
+    uint64_t status; /* 0 = ok */
+} pscom_rndv_fin_t;
+_Static_assert(sizeof(pscom_rndv_fin_t) == 16, "fin");
+
+/* ---- RMA --------------------------------------------------------------------
+ * The xheaders are the public pscom_xheader_rma_* structs followed by the
+ * user part; their pointer-typed fields carry 64-bit values: target
+ * addresses, the target's memory-region id (from the rkey) and the
+ * origin's request id. Replies carry pscom_xheader_rma_get_answer_t with
+ * {id, status} (status 0 = ok; the data then follows).
+ */
 
 /* ---- precon handshake ---------------------------------------------------- */
 

@@ -27,6 +27,8 @@
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
+#define PSCOM_PLUGIN_CAP_RMA_READ  (1ULL << 1) /* ops.rma_read: read peer memory directly */
+#define PSCOM_PLUGIN_CAP_RMA_WRITE (1ULL << 2) /* ops.rma_write: write peer memory directly */
 
 /* Largest blob a plugin exchanges in one handshake step. */
 #define PSCOM_PRECON_BLOB_MAX 1024
@@ -79,6 +81,14 @@ typedef struct pscom_plugin_ops {
     /* Release the connection's transport resources. No core call for this
      * connection may follow from the plugin. */
     void (*close)(pscom_con_t *con);
+
+    /* Direct memory access (with CAP_RMA_READ / CAP_RMA_WRITE): copy len
+     * bytes between local memory and the peer's address space at remote
+     * (an address valid in the peer process). Synchronous; returns 0, or
+     * <0 and the core falls back to messages. Used for rendezvous reads
+     * and RMA put/get. */
+    int (*rma_read)(pscom_con_t *con, void *dst, uint64_t remote_src, size_t len);
+    int (*rma_write)(pscom_con_t *con, const void *src, uint64_t remote_dst, size_t len);
 } pscom_plugin_ops_t;
 
 typedef struct pscom_plugin_desc {
@@ -111,6 +121,9 @@ PSCOM_PLUGIN_API pscom_connection_t *pscom_con_pub(pscom_con_t *con);
 PSCOM_PLUGIN_API pscom_sock_t *pscom_con_sock(pscom_con_t *con);
 PSCOM_PLUGIN_API void *pscom_sock_plugin_priv(pscom_sock_t *sock, const pscom_plugin_desc_t *desc);
 PSCOM_PLUGIN_API const char *pscom_con_name(pscom_con_t *con); /* for logs */
+/* Sends of at least size bytes use the rendezvous protocol on this
+ * connection (default: PSP_RENDEZVOUS). Call from con_start. */
+PSCOM_PLUGIN_API void pscom_con_set_rendezvous_size(pscom_con_t *con, size_t size);
 
 /* ---- reading ---------------------------------------------------------- */
 

@@ -1,0 +1,34 @@
+/*
+ * pscom_rndv.h - the rendezvous protocol for large messages.
+ *
+ * The sender announces the message (RENDEZVOUS_REQ: the user's xheader
+ * and {sender id, length, buffer address}); the receiver matches it like
+ * any USER message, without buffering its data. Once a receive is
+ * matched, the receiver either reads the data straight from the sender's
+ * buffer (transports with PSCOM_PLUGIN_CAP_RMA_READ) and answers with FIN,
+ * or answers CTS {length it wants}, and the sender pushes the data as one
+ * RENDEZVOUS_DATA message from the user's buffer into the user's buffer
+ * (the byte stream pipelines it; nothing is buffered twice, and a
+ * truncated tail is never sent).
+ */
+#ifndef PSCOM_RNDV_H
+#define PSCOM_RNDV_H
+
+#include "pscom_types.h"
+
+struct pscom_rndv_rts;
+
+/* Send req (a posted USER send) with rendezvous on con. */
+void pscom_rndv_send(pscom_con_t *con, pscom_req_t *req);
+
+/* A RENDEZVOUS_* message header is at hn (xheader follows): set *req to
+ * the request receiving its data (NULL: drop it). <0: malformed. */
+int pscom_rndv_recv(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **req);
+
+/* The user's receive req matched a rendezvous request. */
+void pscom_rndv_matched(pscom_con_t *con, pscom_req_t *req, const struct pscom_rndv_rts *rts);
+
+/* The connection failed: end its pending rendezvous sends and receives. */
+void pscom_rndv_fail_con(pscom_con_t *con);
+
+#endif /* PSCOM_RNDV_H */
