@@ -45,8 +45,8 @@ static const pscom_env_entry_t config_general[] = {
     {"SKIPBLOCKSIZE", "8192", "chunk size used to discard the tail of a "
      "truncated message", CFG(skipblocksize), PSCOM_ENV_UINT,
      PSCOM_ENV_HIDDEN},
-    {"RETRY", "10", "connect() attempts, one second apart, and the limit of "
-     "handshake reconnects", CFG(retry), PSCOM_ENV_UINT, 0},
+    {"RETRY", "10", "connect() retries after refused, reset or timed-out attempts "
+     "(exponential back-off from 1 ms, capped at 1 s)", CFG(retry), PSCOM_ENV_UINT, 0},
     {"SHUTDOWN_TIMEOUT", "0", "seconds without progress after which closing "
      "a socket gives up (0 = wait forever)", CFG(shutdown_timeout),
      PSCOM_ENV_UINT, 0},
