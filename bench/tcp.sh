@@ -182,7 +182,12 @@ run_raw() {
 
 echo "# tcp.sh: R=$R, ITERS=$ITERS, $PIN_DESC" >&2
 echo "# pscom_pp: $PP" >&2
-for ((rep = 1; rep <= R; rep++)); do
+# repetition 0 warms up (caches, cpu frequency, the build that just ran);
+# its numbers are not used
+ALL_RESULTS=$RESULTS
+RESULTS=$TMP/results.warmup
+for ((rep = 0; rep <= R; rep++)); do
+    ((rep == 1)) && RESULTS=$ALL_RESULTS
     # rotate the order so that no tool always runs first
     case $((rep % 3)) in
     1) order="pscom spin block" ;;
@@ -195,7 +200,7 @@ for ((rep = 1; rep <= R; rep++)); do
         *) run_raw "$t" "$rep" ;;
         esac
     done
-    echo "# rep $rep/$R done" >&2
+    if ((rep == 0)); then echo "# warm-up done" >&2; else echo "# rep $rep/$R done" >&2; fi
 done
 
 # --- statistics ------------------------------------------------------------
