@@ -157,10 +157,13 @@ void pscom_con_report_error(pscom_con_t *con, pscom_op_t op, pscom_err_t err)
 
 void pscom_con_setup_ok(pscom_con_t *con)
 {
-    int accepted          = con->pub.state == PSCOM_CON_STATE_ACCEPTING;
-    con->pub.state        = PSCOM_CON_STATE_RW;
-    con->pub.type         = con->transport->con_type;
+    int accepted   = con->pub.state == PSCOM_CON_STATE_ACCEPTING;
+    int ondemand   = con->ondemand;
+    con->pub.state = PSCOM_CON_STATE_RW;
+    con->pub.type  = con->transport->con_type;
+    con->ondemand  = 0;
     pscom_con_list(con);
+    if (ondemand) pscom_sock_ondemand_changed(con->sock);
     pscom_log_force(pscom_config.debug_contype, PSCOM_LOG_INFO, "%s %s via %s",
                     accepted ? "ACCEPT" : "CONNECT", pscom_con_str(&con->pub),
                     con->transport->name);
@@ -189,10 +192,16 @@ void pscom_con_setup_loop(pscom_con_t *con)
 
 void pscom_con_setup_failed(pscom_con_t *con, pscom_err_t err)
 {
+    int ondemand        = con->ondemand;
     con->connect_failed = 1;
+    con->ondemand       = 0;
+    con->transport      = NULL;
     con->pub.state      = PSCOM_CON_STATE_CLOSED;
     pscom_con_fail_requests(con);
-    if (!con->user_closed) pscom_con_report_error(con, PSCOM_OP_CONNECT, err);
+    /* an on-demand connect is started by a send: it fails as a write */
+    if (!con->user_closed)
+        pscom_con_report_error(con, ondemand ? PSCOM_OP_WRITE : PSCOM_OP_CONNECT, err);
+    if (ondemand) pscom_sock_ondemand_changed(con->sock);
     pscom_con_release(con);
 }
 
@@ -396,6 +405,16 @@ void pscom_con_close(pscom_con_t *con)
     pscom_unexpected_drop_con(con);
     if (con->precon) {
         pscom_precon_abort(con->precon);
+        return;
+    }
+    if (con->ondemand) {
+        /* never connected: as if the peer's EOF had arrived */
+        con->ondemand = 0;
+        close_transport(con);
+        pscom_con_fail_requests(con);
+        con->pub.state = PSCOM_CON_STATE_CLOSED;
+        pscom_sock_ondemand_changed(con->sock);
+        pscom_con_release(con);
         return;
     }
     if (con->transport_closed || con->connect_failed || !con->transport) {

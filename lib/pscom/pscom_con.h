@@ -47,6 +47,10 @@ struct pscom_con {
     unsigned eof_received : 1;  /* peer's EOF message arrived: no more reads */
     unsigned transport_closed : 1;
     unsigned connect_failed : 1;
+    unsigned ondemand : 1;      /* on-demand: not connected yet */
+    unsigned od_started : 1;    /* on-demand: the real connect was started */
+    uint32_t od_addr;           /* on-demand: peer listener */
+    int od_port;
     int refcnt;                 /* pending con_error callbacks */
     pscom_connection_t pub;     /* must be last */
 };

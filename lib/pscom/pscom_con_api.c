@@ -10,6 +10,7 @@
 #include "pscom_config.h"
 #include "pscom_core.h"
 #include "pscom_log.h"
+#include "pscom_ondemand.h"
 #include "pscom_precon.h"
 #include "pscom_precon_tcp.h"
 #include "pscom_progress.h"
@@ -99,7 +100,10 @@ PSCOM_API pscom_err_t pscom_connect(pscom_connection_t *connection, const char *
         res = PSCOM_ERR_INVALID;
         goto out;
     }
-    /* On-demand connections are set up at once for now (doc/architecture.md). */
+    if (kind == PSCOM_CON_FLAG_ONDEMAND) {
+        pscom_ondemand_setup(con, &ep);
+        goto out;
+    }
     res = connect_direct(con, &ep);
 out:
     pscom_unlock();

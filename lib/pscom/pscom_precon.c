@@ -27,6 +27,7 @@
 #include "pscom_config.h"
 #include "pscom_core.h"
 #include "pscom_log.h"
+#include "pscom_ondemand.h"
 #include "pscom_plugin.h"
 #include "pscom_plugin_reg.h"
 #include "pscom_progress.h"
@@ -54,6 +55,8 @@ struct pscom_precon {
     int cand_idx;                         /* plugin being negotiated, -1 none */
     const pscom_plugin_desc_t *cand;
     int start_when_flushed;               /* accept side: CONFIRM_OK queued */
+    uint32_t flags;                       /* our HELLO flags (PSCOM_PRECON_FLAG_*) */
+    pscom_con_t *od_owner;                /* back-connect request: the waiting connection */
 };
 
 #define dprecon(pre, ...)                                                      \
@@ -81,6 +84,10 @@ static void cand_abort(pscom_precon_t *pre)
 
 static void precon_destroy(pscom_precon_t *pre)
 {
+    if (pre->ufd.fd >= 0 && pre->out_off < pre->out_len) {
+        /* a last small message (REJECT, BACKCONNECT_OK) must not be lost */
+        pscom_writeall(pre->ufd.fd, pre->out + pre->out_off, pre->out_len - pre->out_off);
+    }
     if (pre->ufd.fd >= 0) {
         pscom_ufd_del(&pre->ufd);
         close(pre->ufd.fd);
@@ -92,13 +99,41 @@ static void precon_destroy(pscom_precon_t *pre)
     pscom_defer_free(pre);
 }
 
+/* A back-connect request ended: the waiting on-demand connection is
+ * released from it; if the request failed, so does the connection. */
+static void backconnect_end(pscom_precon_t *pre, int failed, pscom_err_t err)
+{
+    pscom_con_t *owner = pre->od_owner;
+    if (!owner) return;
+    pre->od_owner = NULL;
+    owner->refcnt--;
+    if (failed && owner->ondemand && !owner->precon && !owner->user_closed) {
+        plog_err("%s: the peer refused to connect back", pscom_con_name(owner));
+        pscom_con_setup_failed(owner, err);
+    } else {
+        pscom_con_release(owner);
+    }
+}
+
 static void precon_fail(pscom_precon_t *pre, pscom_err_t err, int errnum)
 {
     pscom_con_t *con = pre->con;
     cand_abort(pre);
+    backconnect_end(pre, 1, err);
     precon_destroy(pre);
     errno = errnum;
     pscom_con_setup_failed(con, err);
+}
+
+/* The handshake did its job without a transport (back-connect). */
+static void precon_finish_quietly(pscom_precon_t *pre)
+{
+    pscom_con_t *con = pre->con;
+    backconnect_end(pre, 0, PSCOM_SUCCESS);
+    precon_destroy(pre);
+    con->connect_failed = 1;
+    con->pub.state      = PSCOM_CON_STATE_CLOSED;
+    pscom_con_release(con); /* library-owned */
 }
 
 void pscom_precon_abort(pscom_precon_t *pre)
@@ -186,6 +221,40 @@ static void start_transport(pscom_precon_t *pre)
     pscom_con_setup_ok(con);
 }
 
+/* accept side: the peer connects for an on-demand connection; continue on
+ * our own on-demand object for it instead of the new one. */
+static int adopt_ondemand(pscom_precon_t *pre)
+{
+    pscom_con_t *tmp = pre->con;
+    pscom_con_t *m   = pscom_ondemand_find(tmp->sock, pre->peer.name);
+    if (!m) return -1;
+    tmp->precon    = NULL;
+    tmp->pub.state = PSCOM_CON_STATE_CLOSED;
+    pscom_con_release(tmp); /* library-owned, never seen by the user */
+    pre->con       = m;
+    m->precon      = pre;
+    m->transport   = NULL;
+    m->od_started  = 1;
+    m->pub.state   = PSCOM_CON_STATE_ACCEPTING_ONDEMAND;
+    return 0;
+}
+
+/* accept side: the peer asks us to connect to it */
+static void handle_backconnect(pscom_precon_t *pre)
+{
+    pscom_con_t *m = pscom_ondemand_find_peer(pre->con->sock, pre->peer.name);
+    if (!m) {
+        plog_warn("%s: back-connect request from \"%.8s\" without a matching on-demand "
+                  "connection: refused", pscom_con_name(pre->con), pre->peer.name);
+        send_msg(pre, PSCOM_PRECON_REJECT, NULL, 0, NULL, 0);
+        precon_fail(pre, PSCOM_ERR_CONNECTION_REFUSED, ECONNREFUSED);
+        return;
+    }
+    send_msg(pre, PSCOM_PRECON_BACKCONNECT_OK, NULL, 0, NULL, 0);
+    precon_finish_quietly(pre);
+    pscom_ondemand_connect(m);
+}
+
 /* ---- negotiation ------------------------------------------------------------- */
 
 static int cand_begin(pscom_precon_t *pre, int idx)
@@ -246,17 +315,31 @@ static void handle_hello(pscom_precon_t *pre, const unsigned char *p, size_t len
     pre->peer.portno    = (int32_t)le32toh((uint32_t)h.portno);
     pre->peer.con_id    = le64toh(h.con_id);
     memcpy(pre->peer.name, h.name, sizeof(pre->peer.name));
+    uint32_t peer_flags = le32toh(h.flags);
 
+    if (!pre->is_connect && (peer_flags & PSCOM_PRECON_FLAG_BACKCONNECT)) {
+        handle_backconnect(pre);
+        return;
+    }
+    int keep_rank = pre->is_connect;
+    if (!pre->is_connect && (peer_flags & PSCOM_PRECON_FLAG_ONDEMAND)) {
+        if (adopt_ondemand(pre) < 0) {
+            plog_warn("%s: on-demand connection from \"%.8s\" without a matching on-demand "
+                      "connection: refused", pscom_con_name(con), pre->peer.name);
+            send_msg(pre, PSCOM_PRECON_REJECT, NULL, 0, NULL, 0);
+            precon_fail(pre, PSCOM_ERR_CONNECTION_REFUSED, ECONNREFUSED);
+            return;
+        }
+        con       = pre->con;
+        keep_rank = 1;
+    }
     pscom_con_info_t *ri = &con->pub.remote_con_info;
     ri->node_id          = pre->peer.node_id;
     ri->tcp.portno       = pre->peer.portno;
     ri->id               = (void *)(uintptr_t)pre->peer.con_id;
     memcpy(ri->name, pre->peer.name, sizeof(ri->name));
-    if (!pre->is_connect) {
-        ri->rank = pre->peer.rank;
-    } else {
-        offer_next(pre);
-    }
+    if (!keep_rank) ri->rank = pre->peer.rank;
+    if (pre->is_connect && !(pre->flags & PSCOM_PRECON_FLAG_BACKCONNECT)) offer_next(pre);
 }
 
 static void handle_offer(pscom_precon_t *pre, const unsigned char *p, size_t len)
@@ -332,6 +415,7 @@ static int expected(const pscom_precon_t *pre, uint16_t type, size_t len)
     if (type == PSCOM_PRECON_REJECT || type == PSCOM_PRECON_NO_TRANSPORT) return 1;
     if (type == PSCOM_PRECON_HELLO) return !pre->hello_received && len == sizeof(pscom_precon_hello_t);
     if (!pre->hello_received || pre->start_when_flushed) return 0;
+    if (pre->flags & PSCOM_PRECON_FLAG_BACKCONNECT) return type == PSCOM_PRECON_BACKCONNECT_OK;
     if (pre->is_connect) {
         switch (type) {
         case PSCOM_PRECON_ACCEPT:
@@ -383,6 +467,7 @@ static void handle_msg(pscom_precon_t *pre)
         plog_err("%s: peer rejected the handshake", pscom_con_name(pre->con));
         precon_fail(pre, PSCOM_ERR_CONNECTION_REFUSED, ECONNREFUSED);
         break;
+    case PSCOM_PRECON_BACKCONNECT_OK: precon_finish_quietly(pre); break;
     }
 }
 
@@ -479,6 +564,7 @@ static int send_hello(pscom_precon_t *pre)
     pscom_sock_t *sock = pre->con->sock;
     pscom_precon_hello_t h = {
         .wire_version = htole32(PSCOM_WIRE_VERSION),
+        .flags        = htole32(pre->flags),
         .node_id      = (int32_t)htole32((uint32_t)sock->pub.local_con_info.node_id),
         .rank         = (int32_t)htole32((uint32_t)sock->pub.local_con_info.rank),
         .portno       = (int32_t)htole32((uint32_t)sock->pub.listen_portno),
@@ -488,13 +574,14 @@ static int send_hello(pscom_precon_t *pre)
     return send_msg(pre, PSCOM_PRECON_HELLO, &h, sizeof(h), NULL, 0);
 }
 
-static int precon_start(pscom_con_t *con, int fd, int is_connect)
+static int precon_start(pscom_con_t *con, int fd, int is_connect, uint32_t flags)
 {
     pscom_precon_t *pre = precon_create(con, fd, is_connect);
     if (!pre) {
         close(fd);
         return -1;
     }
+    pre->flags = flags;
     if (send_hello(pre) < 0) {
         precon_fail(pre, PSCOM_ERR_STDERROR, errno);
         return -1;
@@ -504,10 +591,40 @@ static int precon_start(pscom_con_t *con, int fd, int is_connect)
 
 int pscom_precon_connect(pscom_con_t *con, int fd)
 {
-    return precon_start(con, fd, 1);
+    return precon_start(con, fd, 1, 0);
+}
+
+int pscom_precon_connect_flags(pscom_con_t *con, int fd, uint32_t flags)
+{
+    return precon_start(con, fd, 1, flags);
 }
 
 int pscom_precon_accept(pscom_con_t *con, int fd)
 {
-    return precon_start(con, fd, 0);
+    return precon_start(con, fd, 0, 0);
+}
+
+void pscom_precon_backconnect(pscom_con_t *owner, int fd)
+{
+    pscom_con_t *tmp = pscom_con_create(owner->sock);
+    if (!tmp) {
+        close(fd);
+        pscom_con_setup_failed(owner, PSCOM_ERR_STDERROR);
+        return;
+    }
+    tmp->user_closed         = 1; /* library-owned */
+    tmp->pub.state           = PSCOM_CON_STATE_CONNECTING;
+    tmp->pub.remote_con_info = owner->pub.remote_con_info;
+    pscom_con_list(tmp);
+    pscom_precon_t *pre = precon_create(tmp, fd, 1);
+    if (!pre) {
+        close(fd);
+        pscom_con_setup_failed(tmp, PSCOM_ERR_STDERROR);
+        pscom_con_setup_failed(owner, PSCOM_ERR_STDERROR);
+        return;
+    }
+    owner->refcnt++;
+    pre->flags    = PSCOM_PRECON_FLAG_BACKCONNECT;
+    pre->od_owner = owner;
+    if (send_hello(pre) < 0) precon_fail(pre, PSCOM_ERR_STDERROR, errno);
 }

@@ -21,6 +21,7 @@
 #include "pscom_config.h"
 #include "pscom_core.h"
 #include "pscom_log.h"
+#include "pscom_ondemand.h"
 #include "pscom_plugin_reg.h"
 #include "pscom_precon.h"
 #include "pscom_progress.h"
@@ -163,9 +164,23 @@ out:
 
 PSCOM_API void pscom_stop_listen(pscom_socket_t *socket)
 {
+    pscom_sock_t *sock = pscom_sock_from_pub(socket);
     pscom_lock();
-    listen_deactivate(pscom_sock_from_pub(socket));
+    if (pscom_ondemand_pending(sock)) {
+        /* peers of waiting on-demand connections may still connect */
+        sock->listen_stop_pending = 1;
+    } else {
+        listen_deactivate(sock);
+    }
     pscom_unlock();
+}
+
+void pscom_sock_ondemand_changed(pscom_sock_t *sock)
+{
+    if (sock->listen_stop_pending && !pscom_ondemand_pending(sock)) {
+        sock->listen_stop_pending = 0;
+        listen_deactivate(sock);
+    }
 }
 
 PSCOM_API void pscom_suspend_listen(pscom_socket_t *socket)
@@ -177,6 +192,7 @@ PSCOM_API void pscom_resume_listen(pscom_socket_t *socket)
 {
     assert(socket->listen_portno != -1);
     pscom_lock();
+    pscom_sock_from_pub(socket)->listen_stop_pending = 0;
     listen_activate(pscom_sock_from_pub(socket));
     pscom_unlock();
 }

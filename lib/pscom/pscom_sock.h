@@ -20,6 +20,7 @@ struct pscom_sock {
     uint64_t flags;            /* PSCOM_SOCK_FLAG_* */
     pscom_ufd_t listen_ufd;    /* fd -1: none */
     int listen_active;
+    int listen_stop_pending;   /* stopped, but kept for waiting on-demand connections */
     void **plugin_priv;        /* per registered plugin, NULL if unused */
     pscom_socket_t pub;        /* must be last */
 };
@@ -28,6 +29,9 @@ static inline pscom_sock_t *pscom_sock_from_pub(pscom_socket_t *socket)
 {
     return pscom_container_of(socket, pscom_sock_t, pub);
 }
+
+/* An on-demand connection of the socket got connected, failed or closed. */
+void pscom_sock_ondemand_changed(pscom_sock_t *sock);
 
 /* Is this con_type allowed on the socket? */
 static inline int pscom_sock_con_type_ok(pscom_sock_t *sock, pscom_con_type_t type)

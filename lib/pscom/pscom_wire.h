@@ -134,7 +134,12 @@ typedef enum pscom_precon_type {
     PSCOM_PRECON_CANCEL       = 8, /* connect side: abandon the offered plugin */
     PSCOM_PRECON_NO_TRANSPORT = 9, /* connect side: no common transport, closing */
     PSCOM_PRECON_REJECT       = 10, /* either: refused (version, ...), closing */
+    PSCOM_PRECON_BACKCONNECT_OK = 11, /* accept side: will connect back (on-demand) */
 } pscom_precon_type_t;
+
+/* HELLO flags */
+#define PSCOM_PRECON_FLAG_ONDEMAND    0x1 /* connecting for an on-demand connection */
+#define PSCOM_PRECON_FLAG_BACKCONNECT 0x2 /* only asking the peer to connect back */
 
 typedef struct pscom_precon_header {
     uint32_t magic;   /* PSCOM_PRECON_MAGIC */
@@ -148,7 +153,7 @@ _Static_assert(sizeof(pscom_precon_header_t) == PSCOM_PRECON_HEADER_SIZE, "preco
 /* HELLO payload, protocol version 1. All fields little-endian. */
 typedef struct pscom_precon_hello {
     uint32_t wire_version; /* PSCOM_WIRE_VERSION */
-    uint32_t flags;        /* reserved, 0 */
+    uint32_t flags;        /* PSCOM_PRECON_FLAG_* */
     int32_t node_id;
     int32_t rank;
     int32_t portno;
