@@ -18,6 +18,7 @@
 
 #include "pscom_config.h"
 #include "pscom_core.h"
+#include "pscom_group.h"
 #include "pscom_log.h"
 #include "pscom_loop.h"
 #include "pscom_plugin.h"
@@ -378,6 +379,7 @@ void pscom_con_fail_requests(pscom_con_t *con)
     pscom_recv_fail_con(con);
     pscom_rndv_fail_con(con);
     pscom_rma_fail_con(con);
+    pscom_group_fail_con(con);
 }
 
 void pscom_con_transport_error(pscom_con_t *con, pscom_op_t op, int err)

@@ -11,6 +11,7 @@
 #include "pscom_con.h"
 #include "pscom_config.h"
 #include "pscom_core.h"
+#include "pscom_group.h"
 #include "pscom_log.h"
 #include "pscom_plugin.h"
 #include "pscom_queues.h"
@@ -144,6 +145,10 @@ static int dispatch(pscom_con_t *con, uint8_t type, uint64_t dlen)
     case PSCOM_MSGTYPE_RENDEZVOUS_DATA:
     case PSCOM_MSGTYPE_RENDEZVOUS_FIN:
         err = pscom_rndv_recv(con, hn, &in->req);
+        break;
+    case PSCOM_MSGTYPE_BCAST:
+    case PSCOM_MSGTYPE_BARRIER:
+        err = pscom_group_recv(con, hn, &in->req);
         break;
     case PSCOM_MSGTYPE_RMA_WRITE:
     case PSCOM_MSGTYPE_RMA_READ:

@@ -20,6 +20,7 @@
 #include "pscom_con.h"
 #include "pscom_config.h"
 #include "pscom_core.h"
+#include "pscom_group.h"
 #include "pscom_log.h"
 #include "pscom_ondemand.h"
 #include "pscom_plugin_reg.h"
@@ -326,6 +327,7 @@ static void close_one_socket(pscom_sock_t *sock)
     }
     listen_close(sock);
     pscom_recv_fail_sock(sock);
+    pscom_group_sock_fini(sock);
     pscom_plugins_sock_fini(sock);
     pscom_list_del(&sock->next);
     if (sock->flags & PSCOM_SOCK_FLAG_INTRA_JOB) pscom.intra_job_socket = 0;

@@ -16,6 +16,7 @@ struct pscom_sock {
     pscom_list_t connections;  /* pscom_con_t.sock_next: every connection of the socket */
     pscom_list_t recvq_any;    /* posted receives: connection NULL, or parked specific ones */
     pscom_list_t genrecvq_any; /* unexpected messages of all connections (req.next_alt) */
+    struct pscom_sock_coll *coll; /* groups and their messages, created on first use */
     uint64_t con_type_mask;
     uint64_t flags;            /* PSCOM_SOCK_FLAG_* */
     pscom_ufd_t listen_ufd;    /* fd -1: none */
