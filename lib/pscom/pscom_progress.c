@@ -18,6 +18,10 @@
 
 #define MAX_EVENTS   64
 #define SLEEP_MAX_MS 1000 /* a sleeping wait wakes up at least this often */
+/* While polled transports are active, a non-blocking pass looks at the fd
+ * set only every FD_POLL_EVERY passes: a system call per pass would
+ * dominate shared-memory latency. */
+#define FD_POLL_EVERY 32
 
 static int epfd = -1;
 static pscom_list_t pollers = PSCOM_LIST_INIT(pollers);
@@ -131,11 +135,15 @@ int pscom_progress(int timeout_ms)
     struct epoll_event evs[MAX_EVENTS];
     int progress = 0;
 
-    free_deferred();
+    static unsigned skipped;
+
+    if (pscom_unlikely(deferred_head != NULL)) free_deferred();
     pscom.stats.progress_passes++;
     if (pollers_active) {
         progress = poll_transports();
         if (progress) timeout_ms = 0;
+        if (!timeout_ms && ++skipped < FD_POLL_EVERY) return progress;
+        skipped = 0;
     }
     if (epfd < 0) return progress;
 
