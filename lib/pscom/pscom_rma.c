@@ -399,21 +399,44 @@ out:
 typedef struct passive {
     uint64_t memh_id; /* 0: no callback */
     int op;
+    int reply; /* get-accumulate / fetch-op / compare-swap: answer first */
 } passive_t;
 
 #define PASSIVE_HDR ((sizeof(passive_t) + 15) & ~(size_t)15)
 
-/* io_done of a target-side request: the op's callback, then free. */
+static void atomic_reply(pscom_req_t *p, struct PSCOM_memh *m);
+
+/* Drop the lock without running the io_done queue: pscom_unlock() would
+ * run the callbacks of later target-side requests nested inside this one,
+ * i.e. before it, and they must run in arrival order. */
+static void unlock_keep_queue(void)
+{
+    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+}
+
+/* io_done of a target-side request: for the atomics the answer with the
+ * old value and the library's compare-and-swap, then the op's callback
+ * (not for an operation that failed half-way), then free. Requests
+ * complete in arrival order and the io_done queue is FIFO, so every
+ * atomic sees the effect of all earlier callbacks (MPI's accumulate
+ * ordering). */
 static void passive_done(pscom_request_t *request)
 {
     passive_t *pa = (passive_t *)request->user;
     void (*cb)(pscom_request_t *) = NULL;
     pscom_lock();
     struct PSCOM_memh *m = pa->memh_id ? memh_find(pa->memh_id) : NULL;
-    if (m) cb = m->callbacks[pa->op];
-    pscom_unlock();
+    int ok               = m && !(request->state & PSCOM_REQ_STATE_ERROR);
+    if (pa->reply && !(request->state & PSCOM_REQ_STATE_ERROR)) {
+        atomic_reply(pscom_req_from_pub(request), m);
+        ok = ok && !(request->state & PSCOM_REQ_STATE_ERROR);
+    }
+    if (ok) cb = m->callbacks[pa->op];
+    unlock_keep_queue();
     if (cb) cb(request);
-    pscom_request_free(request);
+    pscom_lock();
+    pscom_req_free(pscom_req_from_pub(request));
+    unlock_keep_queue();
 }
 
 /* A target-side request with a copy of header+xheader and temp bytes of
@@ -534,10 +557,14 @@ static void answer_get(pscom_con_t *con, pscom_header_net_t *hn, int direct)
                 ok ? (void *)(uintptr_t)src : NULL, ok ? (size_t)c.src_len : 0, 0, p);
 }
 
-/* get-accumulate / fetch-op / compare-swap: origin data is in p->pub.data */
-static void atomic_arrived(pscom_req_t *p)
+/* get-accumulate / fetch-op / compare-swap, from passive_done (lock held):
+ * the old value goes back first (a copy), then compare-and-swap is
+ * applied; the origin data is in p->pub.data. The region may have been
+ * deregistered since the request arrived (m == NULL): error answer and
+ * ERROR on p. */
+static void atomic_reply(pscom_req_t *p, struct PSCOM_memh *m)
 {
-    pscom_con_t *con = p->con;
+    pscom_con_t *con = pscom_con_from_pub(p->pub.connection);
     pscom_rma_get_data_t c;
     memcpy(&c, &p->pub.xheader, sizeof(c));
     char *target = (char *)c.src;
@@ -546,18 +573,17 @@ static void atomic_arrived(pscom_req_t *p)
     uint8_t rep  = type == PSCOM_MSGTYPE_RMA_GET_ACCUMULATE_REQ ? PSCOM_MSGTYPE_RMA_GET_ACCUMULATE_REP
                    : type == PSCOM_MSGTYPE_RMA_FETCH_AND_OP_REQ ? PSCOM_MSGTYPE_RMA_FETCH_AND_OP_REP
                                                                 : PSCOM_MSGTYPE_RMA_COMPARE_AND_SWAP_REP;
-    p->on_done = NULL;
-    if (p->pub.state & PSCOM_REQ_STATE_ERROR) {
-        pscom_req_free(p);
+    if (!m || !in_range((uint64_t)(uintptr_t)m->addr, m->len, (uint64_t)(uintptr_t)target, n)) {
+        log_bad(con, "atomic", (uint64_t)(uintptr_t)target, n);
+        send_answer(con, rep, (uint64_t)(uintptr_t)c.id, 1, NULL, 0, 0, NULL);
+        p->pub.state |= PSCOM_REQ_STATE_ERROR;
         return;
     }
-    /* the old value goes back first (a copy), then the op is applied */
     send_answer(con, rep, (uint64_t)(uintptr_t)c.id, 0, target, n, 1, NULL);
     if (type == PSCOM_MSGTYPE_RMA_COMPARE_AND_SWAP_REQ) {
         const char *cmp = p->pub.data, *val = (const char *)p->pub.data + n;
         if (!memcmp(target, cmp, n)) memcpy(target, val, n);
     }
-    pscom_req_complete(p); /* runs the callback */
 }
 
 static int recv_atomic(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **reqp)
@@ -586,9 +612,8 @@ static int recv_atomic(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **r
         send_answer(con, rep, (uint64_t)(uintptr_t)c.id, 1, NULL, 0, 0, NULL);
         return 0;
     }
-    p->con     = con;
-    p->on_done = atomic_arrived;
-    *reqp      = p;
+    ((passive_t *)p->pub.user)->reply = 1; /* answered in passive_done */
+    *reqp = p;
     return 0;
 }
 
