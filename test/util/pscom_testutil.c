@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -462,6 +463,35 @@ uint32_t tu_wait_signal(tu_ctx_t *ctx, int peer)
     uint32_t value;
     tu_ctl_read(ctx, peer, &value, sizeof(value));
     return value;
+}
+
+uint32_t tu_wait_signal_progress(tu_ctx_t *ctx, int peer)
+{
+    int fd = tu_ctl_fd(ctx, peer);
+    for (;;) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int n             = poll(&pfd, 1, 1);
+        if (n < 0 && errno != EINTR) TU_FAIL("poll: %s", strerror(errno));
+        if (n > 0) return tu_wait_signal(ctx, peer);
+        pscom_test_any();
+    }
+}
+
+void tu_wait_peer_exit_progress(tu_ctx_t *ctx, int peer)
+{
+    int fd = tu_ctl_fd(ctx, peer);
+    for (;;) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int n             = poll(&pfd, 1, 1);
+        if (n < 0 && errno != EINTR) TU_FAIL("poll: %s", strerror(errno));
+        if (n > 0) {
+            char buf[64];
+            ssize_t r = read(fd, buf, sizeof(buf));
+            if (r == 0 || (r < 0 && errno == ECONNRESET)) return;
+            if (r < 0 && errno != EINTR) TU_FAIL("read: %s", strerror(errno));
+        }
+        pscom_test_any();
+    }
 }
 
 void tu_wait_peer_exit(tu_ctx_t *ctx, int peer)

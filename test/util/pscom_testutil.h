@@ -199,8 +199,13 @@ void *tu_malloc(size_t size); /* asserts success */
 void tu_signal(tu_ctx_t *ctx, int peer, uint32_t value);
 /* Block until `peer` sends a value; fails if the peer is gone. */
 uint32_t tu_wait_signal(tu_ctx_t *ctx, int peer);
+/* Like tu_wait_signal(), but keeps pscom progressing while waiting (for
+ * when the peer needs something from us first, e.g. a queued send). */
+uint32_t tu_wait_signal_progress(tu_ctx_t *ctx, int peer);
 /* Block until the peer's control channel reaches EOF (peer exited). */
 void tu_wait_peer_exit(tu_ctx_t *ctx, int peer);
+/* Same, keeping pscom progressing while waiting. */
+void tu_wait_peer_exit_progress(tu_ctx_t *ctx, int peer);
 
 /* ------------------------------------------------------------------ */
 /* pscom helpers                                                      */

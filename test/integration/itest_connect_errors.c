@@ -1,0 +1,225 @@
+/*
+ * itest_connect_errors: pscom_connect failure paths (spec 1.3, 3.7 #10,
+ * 5.7 DIRECT, 5.10).
+ *
+ * Scenario "refused" (single process):
+ *  - DIRECT to 127.0.0.1:<port> and to <own node ip>:<port> where nobody
+ *    listens (a port we bound with port 0 ourselves and closed again)
+ *    returns PSCOM_ERR_STDERROR, con_error(con, PSCOM_OP_CONNECT, ...) is
+ *    called, the connection is CLOSED and can be closed;
+ *  - unparsable endpoint strings give PSCOM_ERR_STDERROR with errno EINVAL;
+ *  - neither or both of DIRECT/ONDEMAND give PSCOM_ERR_INVALID;
+ *  - ONDEMAND on a socket that does not listen gives PSCOM_ERR_INVALID;
+ *  - pscom_socket_get_ep_str on a socket that does not listen gives
+ *    PSCOM_ERR_STDERROR with errno EINVAL.
+ * Scenario "handshake" (server = a plain TCP listener, no pscom):
+ *  - the listener accepts and closes at once, or answers with garbage and
+ *    closes: pscom_connect(DIRECT) must return, either with an error or
+ *    with SUCCESS plus con_error(OP_CONNECT) and state CLOSED (5.7).
+ *
+ * PSP_RETRY is set to 1 (unless the environment sets it) so that refused
+ * connects are not retried for 10 seconds.
+ */
+#include "pscom_testutil.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef struct err_rec {
+    pscom_connection_t *con;
+    pscom_op_t op;
+    pscom_err_t err;
+} err_rec_t;
+
+static err_rec_t errs[16];
+static volatile int nerrs;
+
+static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    if (nerrs < 16) {
+        errs[nerrs].con = con;
+        errs[nerrs].op  = op;
+        errs[nerrs].err = err;
+    }
+    nerrs++;
+}
+
+/* a TCP port that was free a moment ago (bound with port 0, then closed) */
+static int dead_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    TU_ASSERT_GE(fd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family      = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    sa.sin_port        = 0;
+    TU_ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    socklen_t len = sizeof(sa);
+    TU_ASSERT_EQ(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void expect_refused(pscom_socket_t *sock, const char *ep)
+{
+    int before              = nerrs;
+    pscom_connection_t *con = pscom_open_connection(sock);
+    TU_ASSERT_NOT_NULL(con);
+    pscom_err_t rc = pscom_connect(con, ep, 0, PSCOM_CON_FLAG_DIRECT);
+    TU_ASSERT_MSG(rc != PSCOM_SUCCESS,
+                  "pscom_connect(DIRECT, \"%s\") to a closed port returned "
+                  "SUCCESS (spec 3.7 #10)",
+                  ep);
+    TU_ASSERT_ERR(rc, PSCOM_ERR_STDERROR);
+    /* con_error(OP_CONNECT) is queued; it runs in some later pscom call */
+    for (int i = 0; i < 100 && nerrs == before; i++) pscom_test_any();
+    TU_ASSERT_MSG(nerrs == before + 1, "con_error calls: %d (expected 1)", nerrs - before);
+    TU_ASSERT_PTR_EQ(errs[before].con, con);
+    TU_ASSERT_EQ(errs[before].op, PSCOM_OP_CONNECT);
+    TU_ASSERT_NE(errs[before].err, PSCOM_SUCCESS);
+    TU_ASSERT_EQ(con->state, PSCOM_CON_STATE_CLOSED);
+    TU_ASSERT(pscom_get_next_connection(sock, NULL) != con);
+    pscom_close_connection(con);
+}
+
+static void expect_connect_err(pscom_socket_t *sock, const char *ep, uint64_t flags,
+                               pscom_err_t expected, int expected_errno)
+{
+    pscom_connection_t *con = pscom_open_connection(sock);
+    TU_ASSERT_NOT_NULL(con);
+    errno          = 0;
+    pscom_err_t rc = pscom_connect(con, ep, 0, flags);
+    int err        = errno;
+    TU_ASSERT_MSG(rc == expected, "pscom_connect(\"%s\", flags 0x%llx) = %d (%s), "
+                                  "expected %d (%s)",
+                  ep, (unsigned long long)flags, (int)rc, tu_err_str(rc),
+                  (int)expected, tu_err_str(expected));
+    if (expected_errno) TU_ASSERT_EQ(err, expected_errno);
+    pscom_close_connection(con);
+}
+
+static int refused_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = on_con_error;
+    char ep[256];
+    int port = dead_port();
+
+    /* not listening yet */
+    char *str = NULL;
+    errno     = 0;
+    TU_ASSERT_ERR(pscom_socket_get_ep_str(sock, &str), PSCOM_ERR_STDERROR);
+    TU_ASSERT_EQ(errno, EINVAL);
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d@nobody", port);
+    expect_connect_err(sock, ep, PSCOM_CON_FLAG_ONDEMAND, PSCOM_ERR_INVALID, 0);
+
+    expect_refused(sock, ep);
+
+    /* the own node address (as in our endpoint string), dead port */
+    tu_server_listen(ctx, sock);
+    {
+        char host[64];
+        const char *colon = strchr(ctx->ep, ':');
+        TU_ASSERT_NOT_NULL(colon);
+        TU_ASSERT_LT((size_t)(colon - ctx->ep), sizeof(host));
+        memcpy(host, ctx->ep, (size_t)(colon - ctx->ep));
+        host[colon - ctx->ep] = 0;
+        snprintf(ep, sizeof(ep), "%s:%d@nobody", host, port);
+        expect_refused(sock, ep);
+    }
+
+    /* flags */
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d@nobody", port);
+    expect_connect_err(sock, ep, 0, PSCOM_ERR_INVALID, 0);
+    expect_connect_err(sock, ep, PSCOM_CON_FLAG_DIRECT | PSCOM_CON_FLAG_ONDEMAND,
+                       PSCOM_ERR_INVALID, 0);
+
+    /* unparsable endpoint strings */
+    expect_connect_err(sock, "garbage", PSCOM_CON_FLAG_DIRECT, PSCOM_ERR_STDERROR, EINVAL);
+    expect_connect_err(sock, "127.0.0.1:nosuchservice@x", PSCOM_CON_FLAG_DIRECT,
+                       PSCOM_ERR_STDERROR, EINVAL);
+
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------- scenario "handshake" ---------------- */
+
+/* server role without pscom traffic: a plain TCP listener */
+static int raw_server(tu_ctx_t *ctx)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    TU_ASSERT_GE(lfd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family      = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    TU_ASSERT_EQ(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    TU_ASSERT_EQ(listen(lfd, 4), 0);
+    socklen_t len = sizeof(sa);
+    TU_ASSERT_EQ(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+    tu_signal(ctx, 1, ntohs(sa.sin_port));
+
+    /* 1: accept and close at once */
+    int fd = accept(lfd, NULL, NULL);
+    TU_ASSERT_GE(fd, 0);
+    close(fd);
+    /* 2: answer with garbage, then close */
+    fd = accept(lfd, NULL, NULL);
+    TU_ASSERT_GE(fd, 0);
+    unsigned char junk[4096];
+    tu_fill(junk, sizeof(junk), 12345);
+    ssize_t w = send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
+    (void)w;
+    close(fd);
+
+    close(lfd);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 2); /* client done */
+    return 0;
+}
+
+static void expect_failed_handshake(pscom_socket_t *sock, const char *ep)
+{
+    int before              = nerrs;
+    pscom_connection_t *con = pscom_open_connection(sock);
+    pscom_err_t rc          = pscom_connect(con, ep, 0, PSCOM_CON_FLAG_DIRECT);
+    if (rc == PSCOM_SUCCESS) {
+        /* asynchronous failure: con_error(OP_CONNECT) tells */
+        for (int i = 0; i < 1000 && nerrs == before; i++) pscom_test_any();
+        TU_ASSERT_MSG(nerrs > before, "connect to a non-pscom listener returned "
+                                      "SUCCESS without con_error (spec 5.7)");
+        TU_ASSERT_PTR_EQ(errs[before].con, con);
+        TU_ASSERT_EQ(errs[before].op, PSCOM_OP_CONNECT);
+        TU_ASSERT_EQ(con->state, PSCOM_CON_STATE_CLOSED);
+    }
+    pscom_close_connection(con);
+}
+
+static int handshake_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = on_con_error;
+    char ep[128];
+    uint32_t port = tu_wait_signal(ctx, TU_SERVER);
+    snprintf(ep, sizeof(ep), "127.0.0.1:%u@raw", port);
+    expect_failed_handshake(sock, ep);
+    expect_failed_handshake(sock, ep);
+    tu_signal(ctx, TU_SERVER, 2);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+int main(void)
+{
+    setenv("PSP_RETRY", "1", 0);
+    int rc = tu_run("connect_refused", 0, refused_server, NULL, NULL);
+    rc |= tu_run("connect_handshake", 1, raw_server, handshake_client, NULL);
+    return rc;
+}

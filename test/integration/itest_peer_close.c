@@ -1,0 +1,247 @@
+/*
+ * itest_peer_close: graceful close of a connection by one side (spec 1.4
+ * pscom_close_connection, 5.7 local/remote close, 5.12 #11/#13/#18).
+ *
+ * Client 1 closes (server observes):
+ *  - the client queues three messages (1000 B, 3 MiB, 10 B; pscom_send and
+ *    pscom_post_send), calls pscom_close_connection at once, then
+ *    pscom_close_socket: the queued sends are still delivered (drained
+ *    before the EOF) and its post_send request ends successful; its
+ *    con_error is never called (the user closed);
+ *  - on the server a receive pending on that connection completes with
+ *    ERROR, con_error(con, PSCOM_OP_READ, PSCOM_ERR_EOF) is called, the
+ *    three messages received before the EOF are still matchable and
+ *    intact, a receive posted afterwards fails (ERROR), pscom_recv_from
+ *    returns IOERROR, and an any-source receive of the socket stays posted.
+ * Server closes towards client 2 (client observes):
+ *  - the server sends 3 MiB and closes at once; the client gets the
+ *    message intact, its other pending receive completes with ERROR,
+ *    con_error(OP_READ, ERR_EOF) is called; the server's con_error is not
+ *    called for the connection it closed itself.
+ */
+#include "pscom_testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG_GO    0x474f2121u
+#define TAG_NEVER 0x39393939u
+#define BIGLEN    (3u << 20)
+
+typedef struct err_rec {
+    pscom_connection_t *con;
+    pscom_op_t op;
+    pscom_err_t err;
+} err_rec_t;
+
+static err_rec_t errs[16];
+static volatile int nerrs;
+
+static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    if (nerrs < 16) {
+        errs[nerrs].con = con;
+        errs[nerrs].op  = op;
+        errs[nerrs].err = err;
+    }
+    nerrs++;
+}
+
+static size_t len_of(uint32_t tag)
+{
+    switch (tag) {
+    case 1: return 1000;
+    case 2: return BIGLEN;
+    case 3: return 10;
+    case 4: return BIGLEN;
+    default: return 0;
+    }
+}
+
+/* receive request for message `tag` (or TAG_NEVER) */
+static pscom_request_t *post_tagged(pscom_connection_t *con, pscom_socket_t *sock,
+                                    uint32_t tag, void *buf, size_t len)
+{
+    pscom_request_t *req = pscom_request_create(4, sizeof(uint32_t));
+    TU_ASSERT_NOT_NULL(req);
+    memcpy((void *)req->user, &tag, sizeof(tag));
+    req->connection      = con;
+    req->socket          = con ? con->socket : sock;
+    req->data            = buf;
+    req->data_len        = len;
+    req->xheader_len     = 4;
+    req->ops.recv_accept = tu_accept_tag;
+    pscom_post_recv(req);
+    return req;
+}
+
+static void expect_msg(pscom_request_t *req, uint32_t tag, const unsigned char *buf)
+{
+    pscom_wait(req);
+    TU_ASSERT_SUCCESSFUL(req);
+    TU_ASSERT_EQ(req->header.data_len, len_of(tag));
+    TU_ASSERT_PATTERN(buf, len_of(tag), tag);
+}
+
+static void expect_error(pscom_request_t *req)
+{
+    pscom_wait(req);
+    TU_ASSERT_STATE_HAS(req->state, PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_DONE);
+    TU_ASSERT(!pscom_req_successful(req));
+}
+
+/* ---------------- client 1: closes ---------------- */
+
+static int client_closer(tu_ctx_t *ctx, pscom_socket_t *sock, pscom_connection_t *con)
+{
+    (void)ctx;
+    tu_wait_tag(con, NULL, TAG_GO);
+
+    unsigned char *buf = (unsigned char *)tu_malloc(BIGLEN);
+    uint32_t tag;
+    tag = 1;
+    tu_fill(buf, len_of(1), 1);
+    pscom_send(con, &tag, 4, buf, len_of(1));
+    tag = 2;
+    tu_fill(buf, len_of(2), 2);
+    pscom_send(con, &tag, 4, buf, len_of(2));
+    unsigned char small[10];
+    tu_fill(small, sizeof(small), 3);
+    pscom_request_t *s3 = pscom_request_create(4, 0);
+    tag                 = 3;
+    pscom_req_prepare(s3, con, small, sizeof(small), &tag, 4);
+    pscom_post_send(s3);
+
+    pscom_close_connection(con); /* non-blocking; handle invalid now */
+    pscom_close_socket(sock);    /* blocks until the close handshake ended */
+
+    TU_ASSERT(pscom_req_is_done(s3));
+    TU_ASSERT_MSG(pscom_req_successful(s3),
+                  "send queued before pscom_close_connection was not drained: [%s]",
+                  tu_state_str(s3->state));
+    TU_ASSERT_MSG(nerrs == 0, "con_error called %d times (op %d err %d) for a "
+                              "connection the user closed (spec 5.12 #13)",
+                  nerrs, (int)errs[0].op, (int)errs[0].err);
+    pscom_request_free(s3);
+    free(buf);
+    return 0;
+}
+
+/* ---------------- client 2: the server closes ---------------- */
+
+static int client_observer(tu_ctx_t *ctx, pscom_socket_t *sock, pscom_connection_t *con)
+{
+    (void)ctx;
+    (void)sock;
+    unsigned char *buf  = (unsigned char *)tu_malloc(BIGLEN);
+    pscom_request_t *r1 = post_tagged(con, NULL, 4, buf, BIGLEN);
+    pscom_request_t *r2 = post_tagged(con, NULL, TAG_NEVER, NULL, 0);
+    expect_msg(r1, 4, buf);
+    expect_error(r2);
+    tu_wait_flag(&nerrs);
+    TU_ASSERT_EQ(nerrs, 1);
+    TU_ASSERT_PTR_EQ(errs[0].con, con);
+    TU_ASSERT_EQ(errs[0].op, PSCOM_OP_READ);
+    TU_ASSERT_ERR(errs[0].err, PSCOM_ERR_EOF);
+
+    /* the read side has ended: new receives fail */
+    pscom_request_t *r3 = post_tagged(con, NULL, TAG_NEVER, NULL, 0);
+    expect_error(r3);
+    uint32_t x;
+    TU_ASSERT_ERR(pscom_recv_from(con, &x, 4, NULL, 0), PSCOM_ERR_IOERROR);
+
+    pscom_request_free(r1);
+    pscom_request_free(r2);
+    pscom_request_free(r3);
+    pscom_close_connection(con);
+    free(buf);
+    return 0;
+}
+
+static int client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = on_con_error;
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    if (ctx->rank == 1) return client_closer(ctx, sock, con);
+    return client_observer(ctx, sock, con);
+}
+
+/* ---------------- server ---------------- */
+
+static int server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[3];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = on_con_error;
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+
+    /* towards client 2: send 3 MiB and close at once */
+    {
+        unsigned char *buf = (unsigned char *)tu_malloc(BIGLEN);
+        uint32_t tag       = 4;
+        tu_fill(buf, BIGLEN, 4);
+        pscom_send(cons[2], &tag, 4, buf, BIGLEN);
+        free(buf);
+        pscom_close_connection(cons[2]);
+        cons[2] = NULL;
+    }
+
+    /* client 1 closes */
+    pscom_connection_t *c1   = cons[1];
+    pscom_request_t *pending = post_tagged(c1, NULL, TAG_NEVER, NULL, 0);
+    pscom_request_t *any     = post_tagged(NULL, sock, TAG_NEVER, NULL, 0);
+    tu_send_tag(c1, TAG_GO);
+
+    tu_wait_flag(&nerrs);
+    TU_ASSERT_EQ(nerrs, 1);
+    TU_ASSERT_PTR_EQ(errs[0].con, c1);
+    TU_ASSERT_EQ(errs[0].op, PSCOM_OP_READ);
+    TU_ASSERT_ERR(errs[0].err, PSCOM_ERR_EOF);
+
+    expect_error(pending);
+    TU_ASSERT_MSG(!pscom_req_is_done(any),
+                  "any-source receive completed on a peer's EOF (spec 5.7: it "
+                  "stays posted): [%s]",
+                  tu_state_str(any->state));
+
+    /* messages that arrived before the EOF are still there */
+    unsigned char *buf = (unsigned char *)tu_malloc(BIGLEN);
+    for (uint32_t tag = 1; tag <= 3; tag++) {
+        pscom_request_t *r = post_tagged(c1, NULL, tag, buf, BIGLEN);
+        TU_ASSERT_MSG(pscom_req_is_done(r),
+                      "message %u received before the EOF is not matchable "
+                      "(spec 5.7): [%s]",
+                      tag, tu_state_str(r->state));
+        expect_msg(r, tag, buf);
+        pscom_request_free(r);
+    }
+    free(buf);
+
+    /* and nothing more can come */
+    pscom_request_t *late = post_tagged(c1, NULL, TAG_NEVER, NULL, 0);
+    expect_error(late);
+    uint32_t x;
+    TU_ASSERT_ERR(pscom_recv_from(c1, &x, 4, NULL, 0), PSCOM_ERR_IOERROR);
+
+    TU_ASSERT_EQ(pscom_cancel_recv(any), 1);
+    pscom_request_free(any);
+    pscom_request_free(pending);
+    pscom_request_free(late);
+    pscom_close_connection(c1);
+
+    /* con_error only ever for client 1's connection: let client 2 finish
+     * (its process exit ends every transport), then look again */
+    tu_wait_peer_exit_progress(ctx, 2);
+    for (int i = 0; i < 100; i++) pscom_test_any();
+    TU_ASSERT_MSG(nerrs == 1, "con_error called for a connection the user "
+                              "closed (spec 5.12 #13): op %d err %d",
+                  (int)errs[1].op, (int)errs[1].err);
+    return 0;
+}
+
+int main(void)
+{
+    return tu_run("peer_close", 2, server, client, NULL);
+}

@@ -1,0 +1,172 @@
+/*
+ * itest_peer_killed: the peer process dies by SIGKILL (no protocol EOF)
+ * while the other side waits (spec 5.7 write error / plain transport EOF,
+ * 5.10). Three clients, each must end by SIGKILL:
+ *
+ *  1. the server has a receive posted on the connection and kills the
+ *     client itself: the receive completes with ERROR, con_error is called
+ *     with (PSCOM_OP_READ, PSCOM_ERR_IOERROR), nothing hangs;
+ *  2. the server sits in a blocking pscom_recv_from when the client kills
+ *     itself: pscom_recv_from returns PSCOM_ERR_IOERROR;
+ *  3. the client dies in the middle of a 16 MiB message: the receive for
+ *     it completes with ERROR (never successful with partial data).
+ * Afterwards, a send on a dead connection completes (no hang).
+ */
+#include "pscom_testutil.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BIG (16u << 20)
+
+typedef struct err_rec {
+    pscom_connection_t *con;
+    pscom_op_t op;
+    pscom_err_t err;
+} err_rec_t;
+
+static err_rec_t errs[16];
+static volatile int nerrs;
+
+static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    if (nerrs < 16) {
+        errs[nerrs].con = con;
+        errs[nerrs].op  = op;
+        errs[nerrs].err = err;
+    }
+    nerrs++;
+}
+
+static int client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    pscom_flush(con); /* the hello is on its way */
+
+    switch (ctx->rank) {
+    case 1:
+        /* wait to be killed; the server never signals */
+        tu_wait_signal(ctx, TU_SERVER);
+        TU_FAIL("client 1 should have been killed");
+    case 2:
+        tu_wait_signal(ctx, TU_SERVER);
+        raise(SIGKILL);
+        break;
+    case 3: {
+        tu_wait_signal(ctx, TU_SERVER);
+        unsigned char *big = (unsigned char *)tu_malloc(BIG);
+        uint32_t tag       = 3;
+        tu_fill(big, BIG, 3);
+        pscom_request_t *s = pscom_request_create(4, 0);
+        pscom_req_prepare(s, con, big, BIG, &tag, sizeof(tag));
+        pscom_post_send(s);
+        TU_ASSERT_MSG(!pscom_req_is_done(s),
+                      "16 MiB send to a non-reading peer completed at once");
+        tu_signal(ctx, TU_SERVER, 1);
+        raise(SIGKILL);
+        break;
+    }
+    }
+    TU_FAIL("survived SIGKILL");
+}
+
+static const err_rec_t *error_of(pscom_connection_t *con)
+{
+    for (int i = 0; i < nerrs && i < 16; i++) {
+        if (errs[i].con == con) return &errs[i];
+    }
+    return NULL;
+}
+
+static void expect_con_error(pscom_connection_t *con)
+{
+    const err_rec_t *e;
+    while (!(e = error_of(con))) pscom_wait_any();
+    TU_ASSERT_EQ(e->op, PSCOM_OP_READ);
+    /* no protocol EOF before the transport EOF */
+    TU_ASSERT_ERR(e->err, PSCOM_ERR_IOERROR);
+}
+
+static pscom_request_t *post_recv(pscom_connection_t *con, void *buf, size_t len)
+{
+    pscom_request_t *req = pscom_request_create(4, 0);
+    TU_ASSERT_NOT_NULL(req);
+    req->connection  = con;
+    req->socket      = con->socket;
+    req->data        = buf;
+    req->data_len    = len;
+    req->xheader_len = 4;
+    pscom_post_recv(req);
+    return req;
+}
+
+static void expect_error(pscom_request_t *req)
+{
+    pscom_wait(req);
+    TU_ASSERT_STATE_HAS(req->state, PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_DONE);
+    TU_ASSERT(!pscom_req_successful(req));
+}
+
+static int server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[4];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = on_con_error;
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+
+    /* 1: pending receive, we kill the peer */
+    pscom_request_t *r1 = post_recv(cons[1], NULL, 0);
+    TU_ASSERT_EQ(kill(ctx->client_pids[1], SIGKILL), 0);
+    expect_error(r1);
+    expect_con_error(cons[1]);
+
+    /* 2: blocked in pscom_recv_from while the peer kills itself */
+    tu_signal(ctx, 2, 1);
+    uint32_t x;
+    TU_ASSERT_ERR(pscom_recv_from(cons[2], &x, sizeof(x), NULL, 0), PSCOM_ERR_IOERROR);
+    expect_con_error(cons[2]);
+
+    /* 3: peer dies in the middle of a message */
+    tu_signal(ctx, 3, 1);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 3), 1);
+    unsigned char *big  = (unsigned char *)tu_malloc(BIG);
+    pscom_request_t *r3 = post_recv(cons[3], big, BIG);
+    expect_error(r3);
+    expect_con_error(cons[3]);
+    free(big);
+
+    /* sending to a dead peer must complete (with whatever result) */
+    {
+        unsigned char data[64];
+        uint32_t tag = 9;
+        memset(data, 1, sizeof(data));
+        pscom_request_t *s = pscom_request_create(4, 0);
+        pscom_req_prepare(s, cons[1], data, sizeof(data), &tag, sizeof(tag));
+        pscom_post_send(s);
+        pscom_wait(s);
+        if (pscom_req_successful(s)) {
+            tu_log("note: send on a connection whose peer was killed reported "
+                   "success: [%s]",
+                   tu_state_str(s->state));
+        }
+        pscom_request_free(s);
+    }
+
+    pscom_request_free(r1);
+    pscom_request_free(r3);
+    for (int i = 1; i <= 3; i++) pscom_close_connection(cons[i]);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+int main(void)
+{
+    tu_opts_t opts;
+    memset(&opts, 0, sizeof(opts));
+    opts.killed_must_mask = (1u << 1) | (1u << 2) | (1u << 3);
+    return tu_run("peer_killed", 3, server, client, &opts);
+}

@@ -1,0 +1,327 @@
+/*
+ * itest_sockets: sockets, listening, endpoint strings, accepting, request
+ * defaults (spec 1.1-1.5, 5.7, 5.8, 5.12 #1/#12).
+ *
+ * Server, single-process checks:
+ *  - pscom_request_create: state DONE, xheader_len as passed (not
+ *    rounded), max_xheader_len rounded up to 8 and at least 32, data/
+ *    connection/socket/ops cleared, user_size set, user just past the
+ *    xheader area (and writable);
+ *  - pscom_open_socket: no flag or both flags -> NULL; a second INTRA_JOB
+ *    socket -> NULL; defaults: not listening (-1), ops NULL, rank,
+ *    userdata sizes, name "p<pid>" (8 bytes max); set_name truncates to
+ *    8; connection userdata size; con-type mask all/only/add/del/is_set/
+ *    backup/restore; pscom_init again returns SUCCESS; get_nodeid matches
+ *    local_con_info.node_id;
+ *  - pscom_listen(ANYPORT): port > 0 in listen_portno, get_portno and
+ *    local_con_info.tcp.portno; listen again (ANYPORT or same port) is
+ *    SUCCESS with the same port, another port gives ERR_ALREADY; the
+ *    endpoint string is "a.b.c.d:PORT@NAME" from node_id, and identical on
+ *    every call, also across stop_listen/suspend_listen/resume_listen.
+ * With 3 clients (one of them connects with "localhost:PORT@name"):
+ *  - con_accept runs once per client, on exactly the connections that
+ *    pscom_get_next_connection lists; remote_con_info carries the peer's
+ *    rank and name on both sides;
+ *  - pscom_close_socket on a client completes its still-posted any-source
+ *    receive with ERROR; the server gets con_error(OP_READ, ERR_EOF) per
+ *    client; the server's pscom_close_socket does the same for its own.
+ */
+#include "pscom_testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NCLIENTS  3
+#define TAG_CLOSE 0x434c4f53u
+#define SRV_NAME  "srvname1"
+
+static void check_request_defaults(void)
+{
+    static const struct {
+        size_t in, rounded;
+    } cases[] = {{0, 32}, {1, 32}, {7, 32}, {32, 32}, {33, 40}, {40, 40},
+                 {64, 64}, {100, 104}, {1000, 1000}, {65535, 65536}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t user_size     = i * 3;
+        pscom_request_t *req = pscom_request_create(cases[i].in, user_size);
+        TU_ASSERT_NOT_NULL(req);
+        TU_ASSERT_EQ(req->state, PSCOM_REQ_STATE_DONE);
+        TU_ASSERT_EQ(req->xheader_len, cases[i].in);
+        TU_ASSERT_EQ(req->max_xheader_len, cases[i].rounded);
+        TU_ASSERT_NULL(req->data);
+        TU_ASSERT_EQ(req->data_len, 0);
+        TU_ASSERT_NULL(req->connection);
+        TU_ASSERT_NULL(req->socket);
+        TU_ASSERT(req->ops.recv_accept == NULL);
+        TU_ASSERT(req->ops.io_done == NULL);
+        TU_ASSERT_EQ(req->user_size, user_size);
+        TU_ASSERT_PTR_EQ(req->user, (char *)&req->xheader + req->max_xheader_len);
+        /* the whole xheader area and the user area are ours */
+        memset((void *)&req->xheader, 0x11, req->max_xheader_len);
+        if (user_size) memset((void *)req->user, 0x22, user_size);
+        TU_ASSERT(pscom_req_is_done(req));
+        TU_ASSERT(pscom_req_successful(req));
+        pscom_request_free(req);
+    }
+}
+
+static void check_open_socket_rules(void)
+{
+    TU_ASSERT_NULL(pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, 0));
+    TU_ASSERT_NULL(pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED,
+                                     PSCOM_SOCK_FLAG_INTRA_JOB | PSCOM_SOCK_FLAG_INTER_JOB));
+    pscom_socket_t *intra = pscom_open_socket(0, 0, 3, PSCOM_SOCK_FLAG_INTRA_JOB);
+    TU_ASSERT_NOT_NULL(intra);
+    TU_ASSERT_NULL(pscom_open_socket(0, 0, 3, PSCOM_SOCK_FLAG_INTRA_JOB));
+
+    pscom_socket_t *s = pscom_open_socket(16, 24, 5, PSCOM_SOCK_FLAG_INTER_JOB);
+    TU_ASSERT_NOT_NULL(s);
+    TU_ASSERT_EQ(s->listen_portno, -1);
+    TU_ASSERT_EQ(pscom_get_portno(s), -1);
+    TU_ASSERT(s->ops.con_accept == NULL);
+    TU_ASSERT(s->ops.con_error == NULL);
+    TU_ASSERT(s->ops.default_recv == NULL);
+    TU_ASSERT_EQ(s->local_con_info.rank, 5);
+    TU_ASSERT_EQ(s->userdata_size, 16);
+    TU_ASSERT_EQ(s->connection_userdata_size, 24);
+    TU_ASSERT_EQ(s->local_con_info.node_id, pscom_get_nodeid());
+    memset((void *)s->userdata, 0x33, 16);
+    {
+        char want[16];
+        snprintf(want, sizeof(want), "p%d", (int)getpid());
+        TU_ASSERT_MSG(strncmp(s->local_con_info.name, want, 8) == 0,
+                      "default socket name \"%.8s\", expected \"%.8s\"",
+                      s->local_con_info.name, want);
+    }
+    pscom_socket_set_name(s, "abcdefghij");
+    TU_ASSERT_MEM_EQ(s->local_con_info.name, "abcdefgh", 8);
+    pscom_socket_set_name(s, "xy");
+    TU_ASSERT_STR_EQ(s->local_con_info.name, "xy");
+
+    pscom_connection_t *c = pscom_open_connection(s);
+    TU_ASSERT_NOT_NULL(c);
+    TU_ASSERT_EQ(c->userdata_size, 24);
+    TU_ASSERT_PTR_EQ(c->socket, s);
+    TU_ASSERT_EQ(c->state, PSCOM_CON_STATE_CLOSED);
+    TU_ASSERT_EQ(c->type, PSCOM_CON_TYPE_NONE);
+    memset((void *)c->userdata, 0x44, 24);
+    pscom_close_connection(c);
+
+    /* con-type mask */
+    TU_ASSERT_EQ(pscom_con_type_mask_is_set(s, PSCOM_CON_TYPE_TCP), 1);
+    TU_ASSERT_EQ(pscom_con_type_mask_is_set(s, PSCOM_CON_TYPE_SHM), 1);
+    pscom_con_type_mask_only(s, PSCOM_CON_TYPE_TCP);
+    TU_ASSERT_EQ(pscom_con_type_mask_is_set(s, PSCOM_CON_TYPE_TCP), 1);
+    TU_ASSERT_EQ(pscom_con_type_mask_is_set(s, PSCOM_CON_TYPE_SHM), 0);
+    void *backup = pscom_con_type_mask_backup(s);
+    TU_ASSERT_NOT_NULL(backup);
+    pscom_con_type_mask_add(s, PSCOM_CON_TYPE_SHM);
+    TU_ASSERT_EQ(pscom_con_type_mask_is_set(s, PSCOM_CON_TYPE_SHM), 1);
+    pscom_con_type_mask_restore(s, backup);
+    TU_ASSERT_EQ(pscom_con_type_mask_is_set(s, PSCOM_CON_TYPE_SHM), 0);
+    TU_ASSERT_EQ(pscom_con_type_mask_is_set(s, PSCOM_CON_TYPE_TCP), 1);
+    pscom_con_type_mask_del(s, PSCOM_CON_TYPE_TCP);
+    TU_ASSERT_EQ(pscom_con_type_mask_is_set(s, PSCOM_CON_TYPE_TCP), 0);
+    pscom_con_type_mask_all(s);
+    TU_ASSERT_EQ(pscom_con_type_mask_is_set(s, PSCOM_CON_TYPE_TCP), 1);
+    TU_ASSERT_EQ(pscom_con_type_mask_is_set(s, PSCOM_CON_TYPE_SHM), 1);
+
+    pscom_close_socket(s);
+    pscom_close_socket(intra);
+
+    TU_ASSERT_OK(pscom_init(PSCOM_VERSION)); /* stored result */
+}
+
+static char *expected_ep(pscom_socket_t *sock)
+{
+    char buf[128];
+    unsigned id = (unsigned)sock->local_con_info.node_id;
+    snprintf(buf, sizeof(buf), "%u.%u.%u.%u:%u@%.8s", (id >> 24) & 0xff,
+             (id >> 16) & 0xff, (id >> 8) & 0xff, id & 0xff,
+             (unsigned)sock->listen_portno, sock->local_con_info.name);
+    return strdup(buf);
+}
+
+static void check_ep(pscom_socket_t *sock, const char *want)
+{
+    char *ep = NULL;
+    TU_ASSERT_OK(pscom_socket_get_ep_str(sock, &ep));
+    TU_ASSERT_STR_EQ(ep, want);
+    pscom_socket_free_ep_str(ep);
+}
+
+/* ---------------- multi-process part ---------------- */
+
+static pscom_connection_t *accepted[8];
+static int naccepted;
+
+static void on_accept(pscom_connection_t *con)
+{
+    if (naccepted < 8) accepted[naccepted] = con;
+    naccepted++;
+}
+
+typedef struct err_rec {
+    pscom_connection_t *con;
+    pscom_op_t op;
+    pscom_err_t err;
+} err_rec_t;
+static err_rec_t errs[16];
+static volatile int nerrs;
+
+static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    if (nerrs < 16) {
+        errs[nerrs].con = con;
+        errs[nerrs].op  = op;
+        errs[nerrs].err = err;
+    }
+    nerrs++;
+}
+
+static pscom_request_t *post_parked_any(pscom_socket_t *sock)
+{
+    pscom_request_t *req = pscom_request_create(0, 0);
+    req->connection      = NULL;
+    req->socket          = sock;
+    req->ops.recv_accept = tu_accept_none;
+    pscom_post_recv(req);
+    TU_ASSERT(!pscom_req_is_done(req));
+    return req;
+}
+
+static int server(tu_ctx_t *ctx)
+{
+    check_request_defaults();
+    check_open_socket_rules();
+
+    pscom_socket_t *sock = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
+    TU_ASSERT_NOT_NULL(sock);
+    pscom_socket_set_name(sock, SRV_NAME);
+    sock->ops.con_accept = on_accept;
+    sock->ops.con_error  = on_con_error;
+
+    TU_ASSERT_OK(pscom_listen(sock, PSCOM_ANYPORT));
+    int port = sock->listen_portno;
+    TU_ASSERT_GT(port, 0);
+    TU_ASSERT_EQ(pscom_get_portno(sock), port);
+    TU_ASSERT_EQ(sock->local_con_info.tcp.portno, port);
+    TU_ASSERT_OK(pscom_listen(sock, PSCOM_ANYPORT));
+    TU_ASSERT_EQ(sock->listen_portno, port);
+    TU_ASSERT_OK(pscom_listen(sock, port));
+    TU_ASSERT_EQ(sock->listen_portno, port);
+    TU_ASSERT_ERR(pscom_listen(sock, port == 65535 ? port - 1 : port + 1), PSCOM_ERR_ALREADY);
+    TU_ASSERT_EQ(sock->listen_portno, port);
+
+    char *want = expected_ep(sock);
+    check_ep(sock, want);
+    check_ep(sock, want);
+    pscom_stop_listen(sock);
+    TU_ASSERT_EQ(sock->listen_portno, port);
+    check_ep(sock, want);
+    pscom_resume_listen(sock);
+    pscom_suspend_listen(sock);
+    check_ep(sock, want);
+    pscom_resume_listen(sock);
+    check_ep(sock, want);
+
+    tu_server_listen(ctx, sock); /* listen is a no-op now; publishes ep */
+    TU_ASSERT_STR_EQ(ctx->ep, want);
+    TU_ASSERT_EQ(sock->listen_portno, port);
+
+    pscom_connection_t *cons[NCLIENTS + 1];
+    tu_server_accept_all(ctx, sock, cons);
+
+    /* con_accept on exactly the listed connections */
+    TU_ASSERT_EQ(naccepted, NCLIENTS);
+    int listed = 0;
+    for (pscom_connection_t *c = pscom_get_next_connection(sock, NULL); c;
+         c                     = pscom_get_next_connection(sock, c)) {
+        listed++;
+        TU_ASSERT_LE(listed, NCLIENTS);
+        int found = 0;
+        for (int i = 0; i < NCLIENTS; i++) found += accepted[i] == c;
+        TU_ASSERT_MSG(found == 1, "listed connection %p was not passed to con_accept",
+                      (void *)c);
+        TU_ASSERT_EQ(c->state, PSCOM_CON_STATE_RW);
+        TU_ASSERT_PTR_EQ(c->socket, sock);
+    }
+    TU_ASSERT_EQ(listed, NCLIENTS);
+    for (int r = 1; r <= NCLIENTS; r++) {
+        char name[16];
+        snprintf(name, sizeof(name), "client%02d", r);
+        TU_ASSERT_EQ(cons[r]->remote_con_info.rank, r);
+        TU_ASSERT_MEM_EQ(cons[r]->remote_con_info.name, name, 8);
+        int found = 0;
+        for (int i = 0; i < NCLIENTS; i++) found += accepted[i] == cons[r];
+        TU_ASSERT_EQ(found, 1);
+    }
+
+    pscom_request_t *parked = post_parked_any(sock);
+    for (int r = 1; r <= NCLIENTS; r++) tu_send_tag(cons[r], TAG_CLOSE);
+
+    /* each client closes its socket: EOF per connection */
+    while (nerrs < NCLIENTS) pscom_wait_any();
+    TU_ASSERT_EQ(nerrs, NCLIENTS);
+    for (int i = 0; i < NCLIENTS; i++) {
+        int found = 0;
+        for (int r = 1; r <= NCLIENTS; r++) found += errs[i].con == cons[r];
+        TU_ASSERT_EQ(found, 1);
+        TU_ASSERT_EQ(errs[i].op, PSCOM_OP_READ);
+        TU_ASSERT_ERR(errs[i].err, PSCOM_ERR_EOF);
+    }
+    TU_ASSERT(!pscom_req_is_done(parked));
+
+    pscom_close_socket(sock);
+    TU_ASSERT_MSG(pscom_req_is_done(parked) && (parked->state & PSCOM_REQ_STATE_ERROR),
+                  "pscom_close_socket did not fail the socket's posted "
+                  "any-source receive (spec 1.2): [%s]",
+                  tu_state_str(parked->state));
+    pscom_request_free(parked);
+    free(want);
+    return 0;
+}
+
+static int client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0); /* rank = ctx->rank */
+    pscom_connection_t *con;
+    if (ctx->rank == 3) {
+        /* host name instead of the dotted quad (spec 5.8) */
+        const char *ep    = tu_client_get_ep(ctx);
+        const char *colon = strchr(ep, ':');
+        TU_ASSERT_NOT_NULL(colon);
+        char buf[256];
+        snprintf(buf, sizeof(buf), "localhost%s", colon);
+        con = pscom_open_connection(sock);
+        TU_ASSERT_OK(pscom_connect(con, buf, TU_SERVER, PSCOM_CON_FLAG_DIRECT));
+        TU_ASSERT_EQ(con->state, PSCOM_CON_STATE_RW);
+        tu_check_con_type(con);
+        uint32_t hello[2] = {TU_TAG_HELLO, (uint32_t)ctx->rank};
+        pscom_send(con, hello, sizeof(hello), NULL, 0);
+    } else {
+        con = tu_client_connect(ctx, sock);
+    }
+    TU_ASSERT_PTR_EQ(con->socket, sock);
+    TU_ASSERT_EQ(con->remote_con_info.rank, TU_SERVER);
+    TU_ASSERT_MEM_EQ(con->remote_con_info.name, SRV_NAME, 8);
+    TU_ASSERT_PTR_EQ(pscom_get_next_connection(sock, NULL), con);
+    TU_ASSERT_NULL(pscom_get_next_connection(sock, con));
+
+    tu_wait_tag(con, NULL, TAG_CLOSE);
+    pscom_request_t *parked = post_parked_any(sock);
+    pscom_close_socket(sock);
+    TU_ASSERT_MSG(pscom_req_is_done(parked) && (parked->state & PSCOM_REQ_STATE_ERROR),
+                  "pscom_close_socket did not fail the socket's posted "
+                  "any-source receive (spec 1.2): [%s]",
+                  tu_state_str(parked->state));
+    pscom_request_free(parked);
+    return 0;
+}
+
+int main(void)
+{
+    return tu_run("sockets", NCLIENTS, server, client, NULL);
+}
