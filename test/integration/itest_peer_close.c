@@ -14,6 +14,8 @@
  *    intact, a receive posted afterwards fails (ERROR), pscom_recv_from
  *    returns IOERROR, and an any-source receive of the socket stays posted.
  * Server closes towards client 2 (client observes):
+ *  - an unexpected message from client 2 is dropped by the server's
+ *    pscom_close_connection (an any-source receive never sees it);
  *  - the server sends 3 MiB and closes at once; the client gets the
  *    message intact, its other pending receive completes with ERROR,
  *    con_error(OP_READ, ERR_EOF) is called; the server's con_error is not
@@ -26,6 +28,8 @@
 
 #define TAG_GO    0x474f2121u
 #define TAG_NEVER 0x39393939u
+#define TAG_FENCE 0x46454e43u
+#define TAG_DROP  5u
 #define BIGLEN    (3u << 20)
 
 typedef struct err_rec {
@@ -54,6 +58,7 @@ static size_t len_of(uint32_t tag)
     case 2: return BIGLEN;
     case 3: return 10;
     case 4: return BIGLEN;
+    case TAG_DROP: return 100;
     default: return 0;
     }
 }
@@ -134,6 +139,11 @@ static int client_observer(tu_ctx_t *ctx, pscom_socket_t *sock, pscom_connection
     (void)ctx;
     (void)sock;
     unsigned char *buf  = (unsigned char *)tu_malloc(BIGLEN);
+    /* a message the server leaves unmatched when it closes */
+    uint32_t tag = TAG_DROP;
+    tu_fill(buf, len_of(TAG_DROP), TAG_DROP);
+    pscom_send(con, &tag, 4, buf, len_of(TAG_DROP));
+    tu_send_tag(con, TAG_FENCE);
     pscom_request_t *r1 = post_tagged(con, NULL, 4, buf, BIGLEN);
     pscom_request_t *r2 = post_tagged(con, NULL, TAG_NEVER, NULL, 0);
     expect_msg(r1, 4, buf);
@@ -177,7 +187,9 @@ static int server(tu_ctx_t *ctx)
     tu_server_listen(ctx, sock);
     tu_server_accept_all(ctx, sock, cons);
 
-    /* towards client 2: send 3 MiB and close at once */
+    /* towards client 2: send 3 MiB and close at once; its unexpected
+     * TAG_DROP message is dropped by the close (spec 1.4) */
+    tu_wait_tag(cons[2], NULL, TAG_FENCE);
     {
         unsigned char *buf = (unsigned char *)tu_malloc(BIGLEN);
         uint32_t tag       = 4;
@@ -227,6 +239,15 @@ static int server(tu_ctx_t *ctx)
 
     TU_ASSERT_EQ(pscom_cancel_recv(any), 1);
     pscom_request_free(any);
+
+    /* client 2's unexpected message went with its connection */
+    pscom_request_t *dropped = post_tagged(NULL, sock, TAG_DROP, NULL, 0);
+    TU_ASSERT_MSG(!pscom_req_is_done(dropped),
+                  "an unexpected message of a connection closed with "
+                  "pscom_close_connection was still matched (spec 1.4): [%s]",
+                  tu_state_str(dropped->state));
+    TU_ASSERT_EQ(pscom_cancel_recv(dropped), 1);
+    pscom_request_free(dropped);
     pscom_request_free(pending);
     pscom_request_free(late);
     pscom_close_connection(c1);
