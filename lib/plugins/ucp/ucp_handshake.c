@@ -1,0 +1,337 @@
+/*
+ * ucp_handshake.c - connection set-up and tear-down: worker addresses and
+ * connection ids in the handshake blobs, the UCX endpoint with peer error
+ * handling, the handshake socket kept as a death detector, and close.
+ *
+ *   connect side  con_offer:   blob  {magic, version, addr_len, our id} + address
+ *   accept side   con_accept:  reply {magic, version, addr_len, our id} + address
+ *   connect side  con_connect: endpoint to the accept side; confirm {magic, version}
+ *   accept side   con_confirm: endpoint to the connect side
+ * All fields little-endian; every length is checked before use.
+ *
+ * Death detector: UCX's own peer failure detection is fast over tcp but
+ * slow over shared memory (keepalive). The handshake's TCP socket stays
+ * open for the life of the connection: a graceful close writes one
+ * goodbye byte before closing it, so EOF without that byte means that the
+ * peer process is gone.
+ */
+#define _GNU_SOURCE
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ucp_priv.h"
+
+#define UCP_BLOB_MAGIC   0x31504355u /* "UCP1" */
+#define UCP_BLOB_VERSION 1
+#define UCP_CONFIRM_LEN  8
+#define UCP_GOODBYE      'B'
+
+_Static_assert(UCP_BLOB_HDR == 16, "blob header layout");
+
+static void put_hdr(unsigned char *p, uint16_t addr_len, uint64_t id)
+{
+    uint32_t magic = htole32(UCP_BLOB_MAGIC);
+    uint16_t ver   = htole16(UCP_BLOB_VERSION);
+    uint16_t alen  = htole16(addr_len);
+    uint64_t lid   = htole64(id);
+    memcpy(p, &magic, 4);
+    memcpy(p + 4, &ver, 2);
+    memcpy(p + 6, &alen, 2);
+    memcpy(p + 8, &lid, 8);
+}
+
+/* Validate a blob; returns the address (inside the blob) or NULL. */
+static const void *get_hdr(pscom_con_t *con, const void *blob, size_t len, size_t *addr_len,
+                           uint64_t *id)
+{
+    const unsigned char *p = blob;
+    uint32_t magic;
+    uint16_t ver, alen;
+    uint64_t lid;
+    if (len < UCP_BLOB_HDR) goto bad;
+    memcpy(&magic, p, 4);
+    memcpy(&ver, p + 4, 2);
+    memcpy(&alen, p + 6, 2);
+    memcpy(&lid, p + 8, 8);
+    if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION) goto bad;
+    *addr_len = le16toh(alen);
+    *id       = le64toh(lid);
+    if (*addr_len == 0 || *addr_len != len - UCP_BLOB_HDR || !*id || *id > UCPT_ID_MASK) goto bad;
+    return p + UCP_BLOB_HDR;
+bad:
+    plog_err("%s: ucp: malformed handshake blob (%zu bytes)", pscom_con_name(con), len);
+    return NULL;
+}
+
+static void con_init(ucp_con_t *uc, pscom_con_t *con)
+{
+    if (uc->con) return;
+    uc->con = con;
+    uc->sock.fd = -1;
+    pscom_list_init(&uc->dirty_next);
+    pscom_list_init(&uc->fail_next);
+    pscom_list_init(&uc->stash);
+}
+
+static int own_blob(ucp_con_t *uc, void *blob, size_t *len)
+{
+    if (ucp_worker_ensure() < 0) return -1;
+    uc->id = ucp_con_id_alloc(uc);
+    if (!uc->id) {
+        plog_err("%s: ucp: out of connection ids", pscom_con_name(uc->con));
+        return -1;
+    }
+    put_hdr(blob, (uint16_t)ucp_g.addr_len, uc->id);
+    memcpy((char *)blob + UCP_BLOB_HDR, ucp_g.addr, ucp_g.addr_len);
+    *len = UCP_BLOB_HDR + ucp_g.addr_len; /* fits: checked when the worker was created */
+    return 0;
+}
+
+/* ---- endpoint ---------------------------------------------------------------- */
+
+static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucp_con_t *uc = ucp_con_lookup((uint64_t)(uintptr_t)arg);
+    if (!uc || uc->closed || uc->ep != ep) return;
+    plog_dbg("%s: ucp: endpoint error: %s", pscom_con_name(uc->con), ucs_status_string(status));
+    uc->ep_failed = 1;
+    ucp_failed(uc); /* reported by the poller, after what already arrived */
+}
+
+/* UCP_ERR_HANDLING_MODE_PEER where UCX supports it (tcp, verbs); UCX 1.13's
+ * shared-memory transports do not, so after the first "unreachable" we use
+ * mode NONE for the rest of the process and rely on the handshake socket
+ * to notice a dead peer. */
+static int peer_mode_unsupported;
+
+static int ep_create(ucp_con_t *uc, const void *addr)
+{
+    ucp_ep_params_t p = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address     = addr,
+        .err_mode    = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ep_error_cb, .arg = (void *)(uintptr_t)uc->id},
+    };
+    ucs_status_t st = UCS_ERR_UNREACHABLE;
+    if (!peer_mode_unsupported) {
+        st = ucp_ep_create(ucp_g.worker, &p, &uc->ep);
+        if (st == UCS_ERR_UNREACHABLE) {
+            peer_mode_unsupported = 1;
+            plog_dbg("ucp: the UCX transports in use cannot detect peer failures; using "
+                     "UCP_ERR_HANDLING_MODE_NONE (dead peers are noticed through the "
+                     "handshake socket)");
+        }
+    }
+    if (st == UCS_ERR_UNREACHABLE) {
+        p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        st         = ucp_ep_create(ucp_g.worker, &p, &uc->ep);
+    }
+    if (st != UCS_OK) {
+        plog_err("%s: ucp: ucp_ep_create(): %s", pscom_con_name(uc->con), ucs_status_string(st));
+        uc->ep = NULL;
+        return -1;
+    }
+    ucp_wake(); /* wire-up needs progress */
+    return 0;
+}
+
+static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
+{
+    ucp_req_release(request);
+}
+
+static void ep_close(ucp_con_t *uc, int force)
+{
+    if (!uc->ep) return;
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
+        .cb.send      = ep_close_cb,
+        .flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+    };
+    ucs_status_ptr_t st = ucp_ep_close_nbx(uc->ep, &p);
+    uc->ep = NULL;
+    if (UCS_PTR_IS_PTR(st)) {
+        ucp_req_track(st, UCP_REQ_CLOSE, 0);
+        ucp_wake();
+    } else if (UCS_PTR_STATUS(st) != UCS_OK && !force) {
+        plog_dbg("ucp: ucp_ep_close_nbx(): %s", ucs_status_string(UCS_PTR_STATUS(st)));
+    }
+}
+
+/* ---- handshake ops --------------------------------------------------------------- */
+
+int ucp_con_offer(pscom_con_t *con, const pscom_precon_peer_t *peer, void *blob, size_t *len)
+{
+    ucp_con_t *uc = pscom_con_plugin_priv(con);
+    con_init(uc, con);
+    return own_blob(uc, blob, len);
+}
+
+int ucp_con_accept(pscom_con_t *con, const pscom_precon_peer_t *peer, const void *blob,
+                   size_t len, void *reply, size_t *reply_len)
+{
+    ucp_con_t *uc = pscom_con_plugin_priv(con);
+    size_t alen;
+    uint64_t peer_id;
+    con_init(uc, con);
+    const void *addr = get_hdr(con, blob, len, &alen, &peer_id);
+    if (!addr) return -1;
+    uc->peer_addr = malloc(alen);
+    if (!uc->peer_addr) return -1;
+    memcpy(uc->peer_addr, addr, alen);
+    uc->peer_addr_len = alen;
+    uc->peer_id       = peer_id;
+    return own_blob(uc, reply, reply_len);
+}
+
+int ucp_con_connect(pscom_con_t *con, const void *reply, size_t len, void *confirm,
+                    size_t *confirm_len)
+{
+    ucp_con_t *uc = pscom_con_plugin_priv(con);
+    size_t alen;
+    uint64_t peer_id;
+    const void *addr = get_hdr(con, reply, len, &alen, &peer_id);
+    if (!addr) return -1;
+    uc->peer_id = peer_id;
+    if (ep_create(uc, addr) < 0) return -1;
+    put_hdr(confirm, 0, 0); /* magic and version only */
+    *confirm_len = UCP_CONFIRM_LEN;
+    return 0;
+}
+
+int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len)
+{
+    ucp_con_t *uc = pscom_con_plugin_priv(con);
+    uint32_t magic;
+    uint16_t ver;
+    if (len != UCP_CONFIRM_LEN) goto bad;
+    memcpy(&magic, confirm, 4);
+    memcpy(&ver, (const char *)confirm + 4, 2);
+    if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION) goto bad;
+    if (!uc->peer_addr) return -1;
+    int rc = ep_create(uc, uc->peer_addr);
+    free(uc->peer_addr);
+    uc->peer_addr = NULL;
+    return rc;
+bad:
+    plog_err("%s: ucp: malformed handshake confirmation (%zu bytes)", pscom_con_name(con), len);
+    return -1;
+}
+
+/* The handshake socket: goodbye byte or EOF. */
+static void sock_handler(pscom_ufd_t *ufd, uint32_t revents)
+{
+    ucp_con_t *uc = ufd->priv;
+    char buf[16];
+    for (;;) {
+        ssize_t n = recv(ufd->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0) {
+            if (memchr(buf, UCP_GOODBYE, (size_t)n)) uc->bye_seen = 1;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        break; /* EOF or error */
+    }
+    pscom_ufd_del(ufd);
+    close(ufd->fd);
+    ufd->fd = -1;
+    if (!uc->bye_seen) {
+        plog_dbg("%s: ucp: peer process gone (handshake socket closed without goodbye)",
+                 pscom_con_name(uc->con));
+        uc->sock_dead = 1;
+        ucp_failed(uc);
+    }
+}
+
+int ucp_con_start(pscom_con_t *con, int *fd)
+{
+    ucp_con_t *uc = pscom_con_plugin_priv(con);
+    if (!uc->ep) return -1;
+    uc->sock = (pscom_ufd_t){.fd = *fd, .events = EPOLLIN, .handler = sock_handler, .priv = uc};
+    if (uc->sock.fd >= 0) {
+        if (pscom_ufd_add(&uc->sock) < 0) {
+            uc->sock.fd = -1; /* the core closes it */
+        } else {
+            *fd = -1; /* ours now */
+        }
+    }
+    pscom_con_set_rendezvous_size(con, ucp_cfg.rendezvous >= PSCOM_ENV_UINT_INF
+                                           ? SIZE_MAX
+                                           : (size_t)ucp_cfg.rendezvous);
+    uc->started = 1;
+    if (!pscom_list_empty(&uc->stash)) ucp_dirty(uc); /* arrived before we started */
+    if (uc->ep_failed || uc->sock_dead) ucp_failed(uc);
+    ucp_wake();
+    return 0;
+}
+
+/* Everything of the connection except the socket. */
+static void con_teardown(ucp_con_t *uc, int force)
+{
+    uc->closed = 1;
+    ucp_con_id_free(uc->id); /* from now on, arrivals and completions are dropped */
+    uc->id = 0;
+    pscom_list_del(&uc->dirty_next);
+    pscom_list_del(&uc->fail_next);
+    ucp_rx_close(uc);
+    ep_close(uc, force);
+    free(uc->peer_addr);
+    uc->peer_addr = NULL;
+}
+
+void ucp_con_abort(pscom_con_t *con)
+{
+    ucp_con_t *uc = pscom_con_plugin_priv(con);
+    if (!uc->con) return;
+    con_teardown(uc, 1);
+}
+
+void ucp_con_close(pscom_con_t *con)
+{
+    ucp_con_t *uc = pscom_con_plugin_priv(con);
+    if (uc->closed) return;
+    /* graceful: the core closes us after the EOF exchange, from inside one
+     * of our calls, and nothing failed */
+    int graceful = uc->in_core && !uc->error_reported && !uc->ep_failed && !uc->sock_dead &&
+                   !uc->tx_failed && !uc->rx_failed;
+    plog_dbg("%s: ucp: close (%s)", pscom_con_name(con), graceful ? "graceful" : "after an error");
+    con_teardown(uc, !graceful);
+    if (uc->sock.fd >= 0) {
+        if (graceful) {
+            char bye = UCP_GOODBYE;
+            (void)!send(uc->sock.fd, &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+        pscom_ufd_del(&uc->sock);
+        close(uc->sock.fd);
+        uc->sock.fd = -1;
+    }
+}
+
+int ucp_con_check_failed(ucp_con_t *uc)
+{
+    if (uc->closed || uc->error_reported) return 1;
+    if (!uc->started) return 0; /* reported once started */
+    if (!uc->tx_failed && !uc->rx_failed) {
+        /* first take what the peer sent before it went away */
+        ucp_tag_recv_info_t info;
+        int rx_stuck = uc->rx_req && !uc->rx_req->completed;
+        if (!rx_stuck && (!pscom_list_empty(&uc->stash) || uc->rx_req ||
+                          ucp_tag_probe_nb(ucp_g.worker, uc->id, UCPT_ID_MASK, 0, &info))) {
+            ucp_dirty(uc);
+            return 0;
+        }
+    }
+    plog_dbg("%s: ucp: connection failed (%s%s%s%s)", pscom_con_name(uc->con),
+             uc->ep_failed ? "endpoint error " : "", uc->sock_dead ? "peer gone " : "",
+             uc->tx_failed ? "send failed " : "", uc->rx_failed ? "receive failed" : "");
+    uc->error_reported = 1;
+    pscom_con_transport_error(uc->con, PSCOM_OP_READ, ECONNRESET);
+    return 1;
+}

@@ -1,0 +1,233 @@
+/*
+ * ucp_priv.h - internal interface of the ucp transport (UCX tag matching).
+ *
+ * One UCX context and one worker per process (ucp_worker.c): every pscom
+ * socket and connection of the process shares them; a connection is one
+ * UCX endpoint plus a 40-bit id that the peer puts into every tag it sends
+ * to us, so messages of different connections never mix.
+ *
+ * Tag layout (64 bits):
+ *     bits  0..39  connection id chosen by the receiver (slot 24 + generation 16)
+ *     bits 40..41  kind: MSG (one complete pscom message), HEAD (header +
+ *                  xheader; a DATA message with the payload follows), DATA
+ *     bits 42..63  per-connection sequence number (mod 2^22), checked by the
+ *                  receiver: a gap or a reordering is a protocol error
+ *
+ * Threading: every function runs with the pscom lock held (plugin contract);
+ * the worker is created UCS_THREAD_MODE_SERIALIZED. UCX callbacks only run
+ * inside ucp_worker_progress()/ucp_ep_close_nbx() called by us: they record
+ * what happened and queue the connection; the poller acts on it afterwards
+ * (never calling the core from inside UCX).
+ */
+#ifndef UCP_PRIV_H
+#define UCP_PRIV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#include "pscom_plugin.h"
+
+/* ---- tags ------------------------------------------------------------------ */
+
+#define UCPT_ID_BITS    40
+#define UCPT_ID_MASK    ((UINT64_C(1) << UCPT_ID_BITS) - 1)
+#define UCPT_KIND_SHIFT 40
+#define UCPT_KIND_MASK  UINT64_C(3)
+#define UCPT_SEQ_SHIFT  42
+#define UCPT_SEQ_MASK   ((UINT32_C(1) << 22) - 1)
+
+enum ucpt_kind {
+    UCPT_MSG  = 0, /* header, xheader and data of one message */
+    UCPT_HEAD = 1, /* header and xheader; the payload follows as DATA */
+    UCPT_DATA = 2, /* the payload of the preceding HEAD */
+};
+
+static inline ucp_tag_t ucpt_make(uint64_t id, unsigned kind, uint32_t seq)
+{
+    return (id & UCPT_ID_MASK) | ((uint64_t)kind << UCPT_KIND_SHIFT) |
+           ((uint64_t)(seq & UCPT_SEQ_MASK) << UCPT_SEQ_SHIFT);
+}
+static inline uint64_t ucpt_id(ucp_tag_t t) { return t & UCPT_ID_MASK; }
+static inline unsigned ucpt_kind(ucp_tag_t t) { return (unsigned)((t >> UCPT_KIND_SHIFT) & UCPT_KIND_MASK); }
+static inline uint32_t ucpt_seq(ucp_tag_t t) { return (uint32_t)(t >> UCPT_SEQ_SHIFT) & UCPT_SEQ_MASK; }
+
+/* ---- configuration (PSP_UCP_*) ------------------------------------------- */
+
+typedef struct ucp_cfg {
+    unsigned max_recv;       /* PSP_UCP_MAX_RECV: receives in flight (inf) */
+    unsigned fastinit;       /* PSP_UCP_FASTINIT: context/worker in init() */
+    unsigned rendezvous;     /* PSP_UCP_RENDEZVOUS: pscom-level threshold (inf) */
+    unsigned small_msg_len;  /* PSP_UCP_SMALL_MSG_LEN: packed into one send */
+} ucp_cfg_t;
+extern ucp_cfg_t ucp_cfg;
+
+#define UCP_SMALL_MAX  (64u * 1024) /* upper bound for PSP_UCP_SMALL_MSG_LEN */
+#define UCP_TX_WINDOW  64           /* messages per connection handed to UCX at once */
+
+/* ---- requests ----------------------------------------------------------------- */
+
+/* Our part of every UCX request (ucp_params.request_size). Filled right
+ * after the post returned; callbacks run later, inside progress. */
+typedef enum ucp_req_type {
+    UCP_REQ_SEND,    /* one of the one or two sends of a message */
+    UCP_REQ_RECV,    /* MSG/HEAD into buf (owned by the request) */
+    UCP_REQ_DATA,    /* DATA into the core's buffer */
+    UCP_REQ_DISCARD, /* a message nobody wants */
+    UCP_REQ_CLOSE,   /* ucp_ep_close_nbx */
+} ucp_req_type_t;
+
+typedef struct ucp_partial ucp_partial_t;
+
+typedef struct ucp_req {
+    ucp_req_type_t type;
+    int completed;
+    ucs_status_t status;
+    uint64_t con_id;         /* owner (looked up, never a pointer) */
+    unsigned slot;           /* SEND: tx ring slot */
+    char *buf;               /* RECV: bounce buffer; SEND: heap copy or NULL */
+    size_t len;
+    ucp_partial_t *partial;  /* DATA/DISCARD through the generic datatype */
+} ucp_req_t;
+
+/* Generic datatype state: keep the first `keep` bytes at dst, drop the rest. */
+struct ucp_partial {
+    char *dst;
+    size_t keep;
+    size_t total;
+};
+
+/* ---- connections ---------------------------------------------------------------- */
+
+typedef struct ucp_txent {
+    size_t retire_len;  /* head + data of the pscom message */
+    unsigned pending;   /* UCX sends not completed */
+} ucp_txent_t;
+
+typedef struct ucp_stash {
+    pscom_list_t next;
+    ucp_tag_message_h msg;
+    ucp_tag_recv_info_t info;
+} ucp_stash_t;
+
+typedef struct ucp_con {
+    pscom_con_t *con;
+    uint64_t id;        /* ours: in the tags the peer sends us */
+    uint64_t peer_id;   /* the peer's: in the tags we send */
+    ucp_ep_h ep;
+    void *peer_addr;    /* accept side: worker address until con_confirm */
+    size_t peer_addr_len;
+
+    unsigned started : 1;    /* con_start done: feed the core */
+    unsigned closed : 1;     /* close op ran */
+    unsigned ep_failed : 1;  /* UCX reported an error on the endpoint */
+    unsigned sock_dead : 1;  /* handshake socket EOF without goodbye */
+    unsigned bye_seen : 1;   /* peer closed gracefully (goodbye byte) */
+    unsigned tx_busy : 1;    /* in ucp_tx_progress (re-entrancy guard) */
+    unsigned tx_again : 1;
+    unsigned tx_failed : 1;
+    unsigned rx_busy : 1;    /* in ucp_rx_pump */
+    unsigned rx_failed : 1;  /* a receive ended with an error */
+    unsigned error_reported : 1;
+    int in_core;             /* inside pscom_read_feed/read_done/write_done */
+    pscom_list_t dirty_next; /* in ucp_g.dirty: work for the poller */
+    pscom_list_t fail_next;  /* in ucp_g.failed: a failure to report */
+
+    pscom_ufd_t sock; /* the handshake socket: death detector */
+
+    /* send */
+    uint32_t tx_seq;
+    unsigned tx_first, tx_count; /* ring of messages handed to UCX */
+    ucp_txent_t tx[UCP_TX_WINDOW];
+
+    /* receive */
+    uint32_t rx_seq;
+    size_t rx_data_len;  /* > 0: the next message is DATA of this size */
+    ucp_req_t *rx_req;   /* receive in flight (one per connection) */
+    pscom_list_t stash;  /* probed messages waiting for their turn */
+    unsigned nstash;
+    char *rxbuf;
+    size_t rxbuf_cap;
+} ucp_con_t;
+
+/* ---- ucp_worker.c: the process-wide context and worker ------------------------ */
+
+typedef struct ucp_global {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_address_t *addr;
+    size_t addr_len;
+    ucp_datatype_t dt_partial; /* generic datatype of ucp_partial_t */
+    int init_failed;           /* do not try again */
+    pscom_ufd_t efd;           /* worker event fd, in the core's epoll set */
+    pscom_poller_t poller;
+    int armed;                 /* poller removed, sleeping on efd */
+    uint64_t idle_since_us;
+    unsigned idle_polls;
+    unsigned inflight;         /* our UCX requests not completed */
+    unsigned rx_inflight;      /* receives + stashed messages (PSP_UCP_MAX_RECV) */
+    unsigned ncons;            /* connections holding an id */
+    pscom_list_t dirty;        /* connections with work for the poller */
+    pscom_list_t failed;       /* connections with a failure to report */
+} ucp_global_t;
+extern ucp_global_t ucp_g;
+
+int ucp_worker_ensure(void); /* lazily (PSP_UCP_FASTINIT=0) */
+void ucp_worker_fini(void);
+void ucp_wake(void);         /* make sure the poller runs (after posting) */
+void ucp_dirty(ucp_con_t *uc);
+void ucp_failed(ucp_con_t *uc);
+uint64_t ucp_con_id_alloc(ucp_con_t *uc);
+void ucp_con_id_free(uint64_t id);
+ucp_con_t *ucp_con_lookup(uint64_t id);
+/* a request of ours was posted and did not complete at once */
+static inline void ucp_req_track(ucp_req_t *r, ucp_req_type_t type, uint64_t con_id)
+{
+    r->type      = type;
+    r->completed = 0;
+    r->status    = UCS_INPROGRESS;
+    r->con_id    = con_id;
+    r->buf       = NULL;
+    r->partial   = NULL;
+    ucp_g.inflight++;
+}
+void ucp_req_release(ucp_req_t *r); /* free buf/partial, ucp_request_free */
+
+/* ---- ucp_handshake.c --------------------------------------------------------------- */
+
+int ucp_con_offer(pscom_con_t *con, const pscom_precon_peer_t *peer, void *blob, size_t *len);
+int ucp_con_accept(pscom_con_t *con, const pscom_precon_peer_t *peer, const void *blob,
+                   size_t len, void *reply, size_t *reply_len);
+int ucp_con_connect(pscom_con_t *con, const void *reply, size_t len, void *confirm,
+                    size_t *confirm_len);
+int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len);
+int ucp_con_start(pscom_con_t *con, int *fd);
+void ucp_con_abort(pscom_con_t *con);
+void ucp_con_close(pscom_con_t *con);
+/* Report a deferred failure (endpoint error, dead socket, failed send or
+ * receive) to the core once the messages that arrived before it are in.
+ * Returns 1 when done with it, 0 to be asked again. */
+int ucp_con_check_failed(ucp_con_t *uc);
+
+/* handshake blob: magic, version, address length, connection id */
+#define UCP_BLOB_HDR 16
+
+/* ---- ucp_send.c ------------------------------------------------------------------------- */
+
+void ucp_write_start(pscom_con_t *con);
+void ucp_tx_progress(ucp_con_t *uc);
+void ucp_send_cb(void *request, ucs_status_t status, void *user_data);
+
+/* ---- ucp_recv.c ------------------------------------------------------------------------- */
+
+/* a probed message (any connection); returns 1 if it was taken */
+void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
+/* handle completions and stashed messages of a connection */
+void ucp_rx_pump(ucp_con_t *uc);
+/* close: drop stashed messages, orphan the receive in flight */
+void ucp_rx_close(ucp_con_t *uc);
+/* receive and drop a message */
+void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
+extern const ucp_generic_dt_ops_t ucp_partial_ops;
+
+#endif /* UCP_PRIV_H */

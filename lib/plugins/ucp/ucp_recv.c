@@ -1,0 +1,414 @@
+/*
+ * ucp_recv.c - the receive side.
+ *
+ * The poller takes every arrived message with ucp_tag_probe_nb(remove=1)
+ * and routes it by the connection id in its tag. Per connection, messages
+ * are handled strictly in order (the sequence number in the tag is
+ * checked), one UCX receive at a time; what arrives meanwhile waits in the
+ * connection's stash (as a UCX message handle, not copied).
+ *
+ *   MSG   received into the connection's bounce buffer and handed to the
+ *         core with pscom_read_feed() (header, xheader and data at once).
+ *   HEAD  the same, but only header + xheader; the core then is in the
+ *         data phase and the following DATA message is received by UCX
+ *         straight into the buffer pscom_read_get_buf() names (the matched
+ *         receive buffer), so large messages are never copied by us.
+ *   DATA  if the matched buffer is shorter than the message (truncation,
+ *         or no receiver at all), a generic UCX datatype keeps the first
+ *         part and drops the rest; the core is then told about the
+ *         remaining bytes chunk by chunk, so it sees the real length and
+ *         the stream stays in sync.
+ *
+ * Messages for connection ids we do not know (closed connections) are
+ * received and dropped.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ucp_priv.h"
+
+#define RXBUF_MIN 512
+
+/* ---- generic datatype: keep a prefix, drop the rest ----------------------------- */
+
+static void *pt_start_pack(void *context, const void *buffer, size_t count)
+{
+    return NULL; /* never used for sending */
+}
+
+static void *pt_start_unpack(void *context, void *buffer, size_t count)
+{
+    return buffer; /* the ucp_partial_t */
+}
+
+static size_t pt_packed_size(void *state)
+{
+    return ((ucp_partial_t *)state)->total;
+}
+
+static size_t pt_pack(void *state, size_t offset, void *dest, size_t max_length)
+{
+    return 0;
+}
+
+static ucs_status_t pt_unpack(void *state, size_t offset, const void *src, size_t length)
+{
+    ucp_partial_t *p = state;
+    if (offset < p->keep) {
+        size_t n = p->keep - offset < length ? p->keep - offset : length;
+        memcpy(p->dst + offset, src, n);
+    }
+    return UCS_OK;
+}
+
+static void pt_finish(void *state)
+{
+}
+
+const ucp_generic_dt_ops_t ucp_partial_ops = {
+    .start_pack   = pt_start_pack,
+    .start_unpack = pt_start_unpack,
+    .packed_size  = pt_packed_size,
+    .pack         = pt_pack,
+    .unpack       = pt_unpack,
+    .finish       = pt_finish,
+};
+
+static ucp_partial_t *partial_new(char *dst, size_t keep, size_t total)
+{
+    ucp_partial_t *p = malloc(sizeof(*p));
+    if (!p) return NULL;
+    p->dst   = dst;
+    p->keep  = keep;
+    p->total = total;
+    return p;
+}
+
+/* ---- core calls --------------------------------------------------------------------- */
+
+static int feed(ucp_con_t *uc, const char *buf, size_t len)
+{
+    uc->in_core++;
+    int r = pscom_read_feed(uc->con, buf, len);
+    uc->in_core--;
+    return r || uc->closed;
+}
+
+static int read_done(ucp_con_t *uc, size_t len)
+{
+    uc->in_core++;
+    int r = pscom_read_done(uc->con, len);
+    uc->in_core--;
+    return r || uc->closed;
+}
+
+static void rx_fail(ucp_con_t *uc, const char *what, ucs_status_t st)
+{
+    if (st == UCS_ERR_CANCELED || uc->ep_failed || uc->sock_dead) {
+        plog_dbg("%s: ucp: %s: %s", pscom_con_name(uc->con), what, ucs_status_string(st));
+    } else {
+        plog_err("%s: ucp: %s: %s", pscom_con_name(uc->con), what, ucs_status_string(st));
+    }
+    uc->rx_failed = 1;
+    ucp_failed(uc);
+}
+
+/* ---- dropping ---------------------------------------------------------------------- */
+
+static void discard_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                       void *user_data)
+{
+    ucp_req_release(request);
+}
+
+void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
+{
+    ucp_partial_t *p = partial_new(NULL, 0, info->length);
+    if (!p) abort(); /* 24 bytes; a message left in UCX would stay forever */
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_DATATYPE,
+        .cb.recv      = discard_cb,
+        .datatype     = ucp_g.dt_partial,
+    };
+    plog_verb("ucp: dropping a message of %zu bytes for connection id %#llx", info->length,
+              (unsigned long long)ucpt_id(info->sender_tag));
+    ucs_status_ptr_t st = ucp_tag_msg_recv_nbx(ucp_g.worker, p, 1, msg, &prm);
+    if (UCS_PTR_IS_PTR(st)) {
+        ucp_req_track(st, UCP_REQ_DISCARD, 0);
+        ((ucp_req_t *)st)->partial = p;
+        ucp_wake();
+    } else {
+        free(p);
+    }
+}
+
+/* ---- receiving ---------------------------------------------------------------------- */
+
+static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                    void *user_data)
+{
+    ucp_req_t *r  = request;
+    ucp_con_t *uc = ucp_con_lookup(r->con_id);
+    r->completed  = 1;
+    r->status     = status;
+    if (!uc || uc->closed || uc->rx_req != r) {
+        ucp_req_release(r); /* orphaned by close */
+        return;
+    }
+    ucp_dirty(uc);
+}
+
+/* A complete MSG/HEAD is in buf. Returns 1 if the connection stopped reading. */
+static int deliver(ucp_con_t *uc, const char *buf, size_t len, unsigned kind)
+{
+    size_t xlen, dlen;
+    if (len < 8) goto bad;
+    pscom_wire_header_get(buf, &xlen, &dlen);
+    if (kind == UCPT_MSG ? len != 8 + xlen + dlen : (len != 8 + xlen || !dlen)) goto bad;
+    if (feed(uc, buf, len)) return 1;
+    if (kind == UCPT_HEAD) uc->rx_data_len = dlen;
+    return 0;
+bad:
+    plog_err("%s: ucp: protocol error: message of %zu bytes does not match its header",
+             pscom_con_name(uc->con), len);
+    uc->rx_failed = 1;
+    ucp_failed(uc);
+    return 1;
+}
+
+/* All DATA bytes arrived; the first `keep` of them are in the core's buffer. */
+static int data_done(ucp_con_t *uc, size_t len, size_t keep)
+{
+    uc->rx_data_len = 0;
+    if (keep >= len) return read_done(uc, len);
+    if (read_done(uc, keep)) return 1;
+    for (size_t rest = len - keep; rest;) {
+        char *b;
+        size_t n;
+        pscom_read_get_buf(uc->con, &b, &n); /* scratch: the bytes are dropped */
+        if (n > rest) n = rest;
+        if (read_done(uc, n)) return 1;
+        rest -= n;
+    }
+    return 0;
+}
+
+static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
+{
+    char *buf;
+    size_t blen;
+    pscom_read_get_buf(uc->con, &buf, &blen);
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+        .cb.recv      = recv_cb,
+    };
+    ucp_partial_t *p = NULL;
+    void *dst        = buf;
+    size_t count     = len;
+    size_t keep      = len;
+    if (blen < len) { /* truncated: keep what fits */
+        keep = blen;
+        p    = partial_new(buf, blen, len);
+        if (!p) {
+            ucp_rx_discard(msg, &(ucp_tag_recv_info_t){.length = len});
+            rx_fail(uc, "receive", UCS_ERR_NO_MEMORY);
+            return 1;
+        }
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        prm.datatype = ucp_g.dt_partial;
+        dst          = p;
+        count        = 1;
+    }
+    ucs_status_ptr_t st = ucp_tag_msg_recv_nbx(ucp_g.worker, dst, count, msg, &prm);
+    if (UCS_PTR_IS_PTR(st)) {
+        ucp_req_t *r = st;
+        ucp_req_track(r, UCP_REQ_DATA, uc->id);
+        r->len      = len;
+        r->slot     = (unsigned)(keep == len);
+        r->partial  = p;
+        uc->rx_req  = r;
+        ucp_g.rx_inflight++;
+        ucp_wake();
+        return 0;
+    }
+    free(p);
+    if (UCS_PTR_STATUS(st) != UCS_OK) {
+        rx_fail(uc, "receive", UCS_PTR_STATUS(st));
+        return 1;
+    }
+    return data_done(uc, len, keep);
+}
+
+static int post_msg(ucp_con_t *uc, ucp_tag_message_h msg, size_t len, unsigned kind)
+{
+    if (uc->rxbuf_cap < len) {
+        size_t cap = len < RXBUF_MIN ? RXBUF_MIN : len;
+        char *b    = malloc(cap);
+        if (!b) {
+            ucp_rx_discard(msg, &(ucp_tag_recv_info_t){.length = len});
+            rx_fail(uc, "receive", UCS_ERR_NO_MEMORY);
+            return 1;
+        }
+        free(uc->rxbuf);
+        uc->rxbuf     = b;
+        uc->rxbuf_cap = cap;
+    }
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+        .cb.recv      = recv_cb,
+    };
+    ucs_status_ptr_t st = ucp_tag_msg_recv_nbx(ucp_g.worker, uc->rxbuf, len, msg, &prm);
+    if (UCS_PTR_IS_PTR(st)) {
+        /* the buffer goes with the request: close may come first */
+        ucp_req_t *r = st;
+        ucp_req_track(r, UCP_REQ_RECV, uc->id);
+        r->buf        = uc->rxbuf;
+        r->len        = len;
+        r->slot       = kind;
+        uc->rxbuf     = NULL;
+        uc->rxbuf_cap = 0;
+        uc->rx_req    = r;
+        ucp_g.rx_inflight++;
+        ucp_wake();
+        return 0;
+    }
+    if (UCS_PTR_STATUS(st) != UCS_OK) {
+        rx_fail(uc, "receive", UCS_PTR_STATUS(st));
+        return 1;
+    }
+    return deliver(uc, uc->rxbuf, len, kind);
+}
+
+/* The next message of the connection, in order. Returns 1 if the
+ * connection stopped reading. */
+static int rx_handle(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
+{
+    unsigned kind = ucpt_kind(info->sender_tag);
+    uint32_t seq  = ucpt_seq(info->sender_tag);
+    if (seq != (uc->rx_seq & UCPT_SEQ_MASK) ||
+        (uc->rx_data_len ? kind != UCPT_DATA || info->length != uc->rx_data_len
+                         : kind == UCPT_DATA || kind > UCPT_DATA)) {
+        plog_err("%s: ucp: protocol error: message kind %u seq %u len %zu, expected seq %u%s",
+                 pscom_con_name(uc->con), kind, seq, info->length, uc->rx_seq & UCPT_SEQ_MASK,
+                 uc->rx_data_len ? " (data)" : "");
+        ucp_rx_discard(msg, info);
+        uc->rx_failed = 1;
+        ucp_failed(uc);
+        return 1;
+    }
+    uc->rx_seq++;
+    if (kind == UCPT_DATA) return post_data(uc, msg, info->length);
+    return post_msg(uc, msg, info->length, kind);
+}
+
+static void stash(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
+{
+    ucp_stash_t *s = malloc(sizeof(*s));
+    if (!s) {
+        ucp_rx_discard(msg, info);
+        rx_fail(uc, "receive", UCS_ERR_NO_MEMORY);
+        return;
+    }
+    s->msg  = msg;
+    s->info = *info;
+    pscom_list_add_tail(&s->next, &uc->stash);
+    uc->nstash++;
+    ucp_g.rx_inflight++;
+}
+
+void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
+{
+    ucp_con_t *uc = ucp_con_lookup(ucpt_id(info->sender_tag));
+    if (!uc || uc->closed) {
+        ucp_rx_discard(msg, info);
+        return;
+    }
+    if (!uc->started || uc->rx_req || uc->rx_busy || uc->rx_failed ||
+        !pscom_list_empty(&uc->stash)) {
+        stash(uc, msg, info);
+        if (uc->started && !uc->rx_req) ucp_dirty(uc);
+        return;
+    }
+    uc->rx_busy = 1;
+    rx_handle(uc, msg, info);
+    uc->rx_busy = 0;
+    if (!uc->closed && !uc->rx_req && !pscom_list_empty(&uc->stash)) ucp_dirty(uc);
+}
+
+void ucp_rx_pump(ucp_con_t *uc)
+{
+    if (uc->rx_busy) return;
+    uc->rx_busy = 1;
+    while (!uc->closed && !uc->rx_failed) {
+        ucp_req_t *r = uc->rx_req;
+        if (r) {
+            if (!r->completed) break;
+            uc->rx_req = NULL;
+            ucp_g.rx_inflight--;
+            ucs_status_t status = r->status;
+            size_t len          = r->len;
+            unsigned kind       = r->slot;
+            if (status != UCS_OK) {
+                ucp_req_release(r);
+                rx_fail(uc, "receive", status);
+                break;
+            }
+            int stopped;
+            if (r->type == UCP_REQ_RECV) {
+                char *buf = r->buf;
+                r->buf    = NULL;
+                ucp_req_release(r);
+                stopped = deliver(uc, buf, len, kind);
+                if (!stopped && !uc->rxbuf) { /* keep it as the bounce buffer */
+                    uc->rxbuf     = buf;
+                    uc->rxbuf_cap = len;
+                } else {
+                    free(buf);
+                }
+            } else {
+                size_t keep = kind ? len : r->partial->keep;
+                ucp_req_release(r);
+                stopped = data_done(uc, len, keep);
+            }
+            if (stopped) break;
+            continue;
+        }
+        if (!uc->started || pscom_list_empty(&uc->stash)) break;
+        ucp_stash_t *s = pscom_list_entry(uc->stash.next, ucp_stash_t, next);
+        pscom_list_del(&s->next);
+        uc->nstash--;
+        ucp_g.rx_inflight--;
+        ucp_tag_message_h msg    = s->msg;
+        ucp_tag_recv_info_t info = s->info;
+        free(s);
+        if (rx_handle(uc, msg, &info)) break;
+    }
+    uc->rx_busy = 0;
+}
+
+void ucp_rx_close(ucp_con_t *uc)
+{
+    while (!pscom_list_empty(&uc->stash)) {
+        ucp_stash_t *s = pscom_list_entry(uc->stash.next, ucp_stash_t, next);
+        pscom_list_del(&s->next);
+        uc->nstash--;
+        ucp_g.rx_inflight--;
+        ucp_rx_discard(s->msg, &s->info);
+        free(s);
+    }
+    ucp_req_t *r = uc->rx_req;
+    if (r) {
+        uc->rx_req = NULL;
+        ucp_g.rx_inflight--;
+        if (r->completed) {
+            ucp_req_release(r);
+        } else {
+            /* completes later (cancelled, or when UCX is done with the
+             * buffer); recv_cb finds the connection gone and frees it */
+            ucp_request_cancel(ucp_g.worker, r);
+        }
+    }
+    free(uc->rxbuf);
+    uc->rxbuf     = NULL;
+    uc->rxbuf_cap = 0;
+}

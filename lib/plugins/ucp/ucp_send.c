@@ -1,0 +1,143 @@
+/*
+ * ucp_send.c - the send side.
+ *
+ * Messages are taken whole from the core (pscom_write_peek), up to
+ * UCP_TX_WINDOW per connection at a time, and retired in order with
+ * pscom_write_done() once UCX is done with their buffers:
+ *
+ *   no data             one MSG send of the header + xheader, in place;
+ *   head + data <= PSP_UCP_SMALL_MSG_LEN
+ *                       packed into one buffer, one MSG send that must
+ *                       complete at once (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL);
+ *                       if UCX cannot, the packed copy goes to the heap;
+ *   larger              a HEAD send of header + xheader and a DATA send of
+ *                       the payload, both in place: UCX picks its own
+ *                       (zero-copy, rendezvous) protocol for the payload.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ucp_priv.h"
+
+static char pack_buf[UCP_SMALL_MAX]; /* one packed message at a time (pscom lock) */
+
+void ucp_send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    ucp_req_t *r  = request;
+    ucp_con_t *uc = ucp_con_lookup(r->con_id);
+    if (uc && !uc->closed) {
+        uc->tx[r->slot].pending--;
+        if (status != UCS_OK && !uc->tx_failed) {
+            plog_dbg("%s: ucp: send failed: %s", pscom_con_name(uc->con),
+                     ucs_status_string(status));
+            uc->tx_failed = 1;
+            ucp_failed(uc);
+        }
+        ucp_dirty(uc);
+    }
+    ucp_req_release(r);
+}
+
+/* One UCX send for ring slot `slot`. heap: a malloc'ed copy of buf the
+ * request owns, or NULL. Returns UCS_OK (done or in flight) or an error. */
+static ucs_status_t send_one(ucp_con_t *uc, unsigned slot, const void *buf, size_t len,
+                             unsigned kind, uint32_t flags, char *heap)
+{
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | flags,
+        .cb.send      = ucp_send_cb,
+    };
+    ucs_status_ptr_t st =
+        ucp_tag_send_nbx(uc->ep, buf, len, ucpt_make(uc->peer_id, kind, uc->tx_seq), &prm);
+    if (UCS_PTR_IS_PTR(st)) {
+        ucp_req_t *r = st;
+        ucp_req_track(r, UCP_REQ_SEND, uc->id);
+        r->slot = slot;
+        r->buf  = heap;
+        uc->tx[slot].pending++;
+        uc->tx_seq++;
+        ucp_wake();
+        return UCS_OK;
+    }
+    if (UCS_PTR_STATUS(st) == UCS_OK) {
+        uc->tx_seq++;
+        free(heap);
+    }
+    return UCS_PTR_STATUS(st);
+}
+
+/* Hand the next queued message to UCX. */
+static ucs_status_t post(ucp_con_t *uc, const struct iovec *head, const struct iovec *data)
+{
+    unsigned slot        = (uc->tx_first + uc->tx_count) % UCP_TX_WINDOW;
+    ucp_txent_t *e       = &uc->tx[slot];
+    size_t total         = head->iov_len + data->iov_len;
+    ucs_status_t st;
+    e->retire_len = total;
+    e->pending    = 0;
+    uc->tx_count++;
+
+    if (!data->iov_len) return send_one(uc, slot, head->iov_base, head->iov_len, UCPT_MSG, 0, NULL);
+
+    if (total <= ucp_cfg.small_msg_len) {
+        memcpy(pack_buf, head->iov_base, head->iov_len);
+        memcpy(pack_buf + head->iov_len, data->iov_base, data->iov_len);
+        st = send_one(uc, slot, pack_buf, total, UCPT_MSG, UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL, NULL);
+        if (st != UCS_ERR_NO_RESOURCE) return st;
+        char *heap = malloc(total);
+        if (!heap) return UCS_ERR_NO_MEMORY;
+        memcpy(heap, pack_buf, total);
+        return send_one(uc, slot, heap, total, UCPT_MSG, 0, heap);
+    }
+
+    st = send_one(uc, slot, head->iov_base, head->iov_len, UCPT_HEAD, 0, NULL);
+    if (st != UCS_OK) return st;
+    return send_one(uc, slot, data->iov_base, data->iov_len, UCPT_DATA, 0, NULL);
+}
+
+static int write_done(ucp_con_t *uc, size_t len)
+{
+    uc->in_core++;
+    int r = pscom_write_done(uc->con, len);
+    uc->in_core--;
+    return r || uc->closed;
+}
+
+void ucp_tx_progress(ucp_con_t *uc)
+{
+    if (uc->tx_busy) { /* called back from inside pscom_write_done() */
+        uc->tx_again = 1;
+        return;
+    }
+    uc->tx_busy = 1;
+    do {
+        uc->tx_again = 0;
+        for (;;) {
+            /* retire completed messages, in order */
+            while (uc->tx_count && !uc->tx[uc->tx_first].pending) {
+                size_t n     = uc->tx[uc->tx_first].retire_len;
+                uc->tx_first = (uc->tx_first + 1) % UCP_TX_WINDOW;
+                uc->tx_count--;
+                if (write_done(uc, n)) goto out; /* closed */
+            }
+            if (uc->tx_failed || !uc->ep || uc->tx_count == UCP_TX_WINDOW) break;
+            struct iovec head, data;
+            if (!pscom_write_peek(uc->con, uc->tx_count, &head, &data)) break;
+            ucs_status_t st = post(uc, &head, &data);
+            if (st != UCS_OK) {
+                plog_dbg("%s: ucp: send: %s", pscom_con_name(uc->con), ucs_status_string(st));
+                uc->tx_failed = 1;
+                ucp_failed(uc);
+                break;
+            }
+        }
+    } while (uc->tx_again && !uc->closed);
+out:
+    uc->tx_busy = 0;
+}
+
+void ucp_write_start(pscom_con_t *con)
+{
+    ucp_con_t *uc = pscom_con_plugin_priv(con);
+    if (!uc->closed) ucp_tx_progress(uc);
+}

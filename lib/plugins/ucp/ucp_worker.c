@@ -1,0 +1,343 @@
+/*
+ * ucp_worker.c - the one UCX context and worker of the process, the table
+ * of connection ids, and progress: a pscom poller that runs
+ * ucp_worker_progress(), takes arrived messages with ucp_tag_probe_nb()
+ * and works through the connections that have something to do.
+ *
+ * Sleeping: the worker's event fd sits in the core's epoll set. When the
+ * poller has found nothing to do for UCP_ARM_IDLE_US and none of our UCX
+ * operations is in flight, it arms the worker (ucp_worker_arm() == UCS_OK)
+ * and removes itself, so that a blocking wait of the core sleeps in the
+ * kernel instead of napping 1 ms at a time. The event fd brings it back;
+ * so does every operation we post (ucp_wake()).
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+#include "ucp_priv.h"
+
+/* Idle time before the worker is armed and the poller leaves. Below the
+ * core's default spin time (PSP_WAIT_SPIN_US, 1000 us), so that a blocking
+ * wait goes to sleep without extra naps. */
+#define UCP_ARM_IDLE_US 500
+/* idle polls between two clock reads */
+#define UCP_IDLE_CLOCK_EVERY 32
+/* bounded wait for endpoint close requests at fini */
+#define UCP_FINI_WAIT_US 2000000
+
+ucp_global_t ucp_g = {
+    .dirty  = PSCOM_LIST_INIT(ucp_g.dirty),
+    .failed = PSCOM_LIST_INIT(ucp_g.failed),
+};
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ---- connection ids -------------------------------------------------------- */
+
+#define ID_SLOT_BITS 24
+#define ID_SLOT_MASK ((UINT64_C(1) << ID_SLOT_BITS) - 1)
+#define ID_GEN_MASK  UINT64_C(0xffff)
+
+static struct {
+    ucp_con_t **con;
+    uint16_t *gen;
+    uint32_t *free_slots;
+    uint32_t n, cap, nfree;
+} ids;
+
+uint64_t ucp_con_id_alloc(ucp_con_t *uc)
+{
+    uint32_t slot;
+    if (ids.nfree) {
+        slot = ids.free_slots[--ids.nfree];
+    } else {
+        if (ids.n == ids.cap) {
+            uint32_t cap = ids.cap ? ids.cap * 2 : 64;
+            if (cap > ID_SLOT_MASK + 1) return 0;
+            ucp_con_t **c = realloc(ids.con, cap * sizeof(*c));
+            if (!c) return 0;
+            ids.con        = c;
+            uint16_t *g    = realloc(ids.gen, cap * sizeof(*g));
+            if (!g) return 0;
+            ids.gen        = g;
+            uint32_t *f    = realloc(ids.free_slots, cap * sizeof(*f));
+            if (!f) return 0;
+            ids.free_slots = f;
+            memset(ids.gen + ids.cap, 0, (cap - ids.cap) * sizeof(*g));
+            ids.cap = cap;
+        }
+        slot = ids.n++;
+    }
+    ids.gen[slot]++;
+    if (!ids.gen[slot]) ids.gen[slot] = 1; /* never id 0 */
+    ids.con[slot] = uc;
+    ucp_g.ncons++;
+    return (uint64_t)slot | ((uint64_t)ids.gen[slot] << ID_SLOT_BITS);
+}
+
+ucp_con_t *ucp_con_lookup(uint64_t id)
+{
+    uint64_t slot = id & ID_SLOT_MASK;
+    if (slot >= ids.n || ids.gen[slot] != ((id >> ID_SLOT_BITS) & ID_GEN_MASK)) return NULL;
+    return ids.con[slot];
+}
+
+void ucp_con_id_free(uint64_t id)
+{
+    if (!id || !ucp_con_lookup(id)) return;
+    uint32_t slot  = (uint32_t)(id & ID_SLOT_MASK);
+    ids.con[slot]  = NULL;
+    ids.free_slots[ids.nfree++] = slot;
+    ucp_g.ncons--;
+}
+
+static void ids_fini(void)
+{
+    free(ids.con);
+    free(ids.gen);
+    free(ids.free_slots);
+    memset(&ids, 0, sizeof(ids));
+}
+
+/* ---- requests ------------------------------------------------------------------ */
+
+void ucp_req_release(ucp_req_t *r)
+{
+    free(r->buf);
+    free(r->partial);
+    r->buf     = NULL;
+    r->partial = NULL;
+    ucp_g.inflight--;
+    ucp_request_free(r);
+}
+
+/* ---- work lists ------------------------------------------------------------------ */
+
+void ucp_wake(void)
+{
+    if (!ucp_g.armed) return;
+    ucp_g.armed = 0;
+    pscom_poller_add(&ucp_g.poller);
+}
+
+void ucp_dirty(ucp_con_t *uc)
+{
+    if (!pscom_list_linked(&uc->dirty_next)) pscom_list_add_tail(&uc->dirty_next, &ucp_g.dirty);
+    ucp_wake();
+}
+
+void ucp_failed(ucp_con_t *uc)
+{
+    if (!pscom_list_linked(&uc->fail_next)) pscom_list_add_tail(&uc->fail_next, &ucp_g.failed);
+    ucp_wake();
+}
+
+static int run_dirty(void)
+{
+    int progress = 0;
+    while (!pscom_list_empty(&ucp_g.dirty)) {
+        ucp_con_t *uc = pscom_list_entry(ucp_g.dirty.next, ucp_con_t, dirty_next);
+        pscom_list_del(&uc->dirty_next);
+        progress = 1;
+        if (uc->closed) continue;
+        ucp_rx_pump(uc);
+        if (uc->closed) continue;
+        ucp_tx_progress(uc);
+    }
+    return progress;
+}
+
+static void run_failed(void)
+{
+    pscom_list_t later = PSCOM_LIST_INIT(later);
+    while (!pscom_list_empty(&ucp_g.failed)) {
+        ucp_con_t *uc = pscom_list_entry(ucp_g.failed.next, ucp_con_t, fail_next);
+        pscom_list_del(&uc->fail_next);
+        if (!ucp_con_check_failed(uc)) pscom_list_add_tail(&uc->fail_next, &later);
+    }
+    while (!pscom_list_empty(&later)) {
+        pscom_list_t *item = later.next;
+        pscom_list_del(item);
+        pscom_list_add_tail(item, &ucp_g.failed);
+    }
+}
+
+/* ---- progress ---------------------------------------------------------------------- */
+
+static int in_poll;
+
+static int ucp_poll(pscom_poller_t *poller)
+{
+    int progress = 0;
+    if (in_poll) return 0;
+    in_poll = 1;
+
+    for (int i = 0; i < 16 && ucp_worker_progress(ucp_g.worker); i++) progress = 1;
+    if (!pscom_list_empty(&ucp_g.dirty)) progress |= run_dirty();
+
+    ucp_tag_recv_info_t info;
+    while (ucp_g.rx_inflight < ucp_cfg.max_recv) {
+        ucp_tag_message_h msg = ucp_tag_probe_nb(ucp_g.worker, 0, 0, 1, &info);
+        if (!msg) break;
+        ucp_rx_arrived(msg, &info);
+        progress = 1;
+    }
+    if (!pscom_list_empty(&ucp_g.dirty)) progress |= run_dirty();
+    if (!pscom_list_empty(&ucp_g.failed)) {
+        run_failed();
+        progress = 1;
+    }
+    in_poll = 0;
+
+    if (progress) {
+        ucp_g.idle_polls    = 0;
+        ucp_g.idle_since_us = 0;
+        return 1;
+    }
+    /* idle: arm the worker and leave once nothing of ours is in flight */
+    if (ucp_g.inflight || ucp_g.rx_inflight) return 0;
+    if (++ucp_g.idle_polls < UCP_IDLE_CLOCK_EVERY) return 0;
+    ucp_g.idle_polls = 0;
+    uint64_t now     = now_us();
+    if (!ucp_g.idle_since_us) {
+        ucp_g.idle_since_us = now;
+        return 0;
+    }
+    if (now - ucp_g.idle_since_us < UCP_ARM_IDLE_US) return 0;
+    ucs_status_t st = ucp_worker_arm(ucp_g.worker);
+    if (st == UCS_OK) {
+        ucp_g.armed         = 1;
+        ucp_g.idle_since_us = 0;
+        pscom_poller_del(&ucp_g.poller);
+    } else if (st != UCS_ERR_BUSY) {
+        plog_dbg("ucp: ucp_worker_arm(): %s", ucs_status_string(st));
+    }
+    return 0;
+}
+
+static void efd_handler(pscom_ufd_t *ufd, uint32_t revents)
+{
+    if (ucp_g.armed) {
+        ucp_g.armed = 0;
+        pscom_poller_add(&ucp_g.poller);
+    }
+    ucp_poll(&ucp_g.poller);
+}
+
+/* ---- set-up and tear-down ---------------------------------------------------------- */
+
+int ucp_worker_ensure(void)
+{
+    ucs_status_t st;
+    ucp_config_t *config;
+    const char *what;
+
+    if (ucp_g.worker) return 0;
+    if (ucp_g.init_failed) return -1;
+
+    what = "ucp_config_read()";
+    st   = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK) goto err_config;
+
+    ucp_params_t params = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
+                      UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME,
+        .features          = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+        .request_size      = sizeof(ucp_req_t),
+        .mt_workers_shared = 0,
+        .name              = "pscom",
+    };
+    what = "ucp_init()";
+    st   = ucp_init(&params, config, &ucp_g.ctx);
+    ucp_config_release(config);
+    if (st != UCS_OK) goto err_config;
+
+    ucp_worker_params_t wparams = {
+        .field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SERIALIZED, /* callers hold the pscom lock */
+    };
+    what = "ucp_worker_create()";
+    st   = ucp_worker_create(ucp_g.ctx, &wparams, &ucp_g.worker);
+    if (st != UCS_OK) goto err_worker;
+
+    what = "ucp_worker_get_address()";
+    st   = ucp_worker_get_address(ucp_g.worker, &ucp_g.addr, &ucp_g.addr_len);
+    if (st != UCS_OK) goto err_address;
+    if (ucp_g.addr_len + UCP_BLOB_HDR > PSCOM_PRECON_BLOB_MAX) {
+        plog_warn("ucp: UCX cannot be used: its worker address (%zu bytes) does not fit the "
+                  "handshake (%d bytes); restrict UCX_TLS/UCX_NET_DEVICES",
+                  ucp_g.addr_len, PSCOM_PRECON_BLOB_MAX - UCP_BLOB_HDR);
+        goto err_size;
+    }
+
+    int efd;
+    what = "ucp_worker_get_efd()";
+    st   = ucp_worker_get_efd(ucp_g.worker, &efd);
+    if (st != UCS_OK) goto err_efd;
+
+    what = "ucp_dt_create_generic()";
+    st   = ucp_dt_create_generic(&ucp_partial_ops, NULL, &ucp_g.dt_partial);
+    if (st != UCS_OK) goto err_efd;
+
+    ucp_g.efd = (pscom_ufd_t){.fd = efd, .events = EPOLLIN, .handler = efd_handler};
+    if (pscom_ufd_add(&ucp_g.efd) < 0) {
+        what = "pscom_ufd_add(event fd)";
+        st   = UCS_ERR_IO_ERROR;
+        goto err_ufd;
+    }
+    ucp_g.poller.poll = ucp_poll;
+    ucp_g.armed       = 0;
+    pscom_poller_add(&ucp_g.poller);
+    plog_dbg("ucp: UCX %s, worker address %zu bytes", ucp_get_version_string(), ucp_g.addr_len);
+    return 0;
+
+err_ufd:
+    ucp_dt_destroy(ucp_g.dt_partial);
+err_efd:
+err_size:
+    ucp_worker_release_address(ucp_g.worker, ucp_g.addr);
+    ucp_g.addr = NULL;
+err_address:
+    ucp_worker_destroy(ucp_g.worker);
+    ucp_g.worker = NULL;
+err_worker:
+    ucp_cleanup(ucp_g.ctx);
+    ucp_g.ctx = NULL;
+err_config:
+    if (st != UCS_OK)
+        plog_warn("ucp: UCX cannot be initialised: %s: %s", what, ucs_status_string(st));
+    ucp_g.init_failed = 1;
+    return -1;
+}
+
+void ucp_worker_fini(void)
+{
+    if (!ucp_g.worker) return;
+    /* let graceful endpoint closes finish (bounded: a dead peer never answers) */
+    uint64_t t0 = now_us();
+    while (ucp_g.inflight && now_us() - t0 < UCP_FINI_WAIT_US) ucp_worker_progress(ucp_g.worker);
+    if (ucp_g.inflight) plog_dbg("ucp: %u UCX operations still in flight at exit", ucp_g.inflight);
+
+    pscom_poller_del(&ucp_g.poller);
+    pscom_ufd_del(&ucp_g.efd);
+    ucp_dt_destroy(ucp_g.dt_partial);
+    ucp_worker_release_address(ucp_g.worker, ucp_g.addr);
+    ucp_worker_destroy(ucp_g.worker);
+    ucp_cleanup(ucp_g.ctx);
+    ids_fini();
+    ucp_g.worker = NULL;
+    ucp_g.ctx    = NULL;
+    ucp_g.addr   = NULL;
+    ucp_g.armed  = 0;
+    ucp_g.inflight = ucp_g.rx_inflight = ucp_g.ncons = 0;
+    pscom_list_init(&ucp_g.dirty);
+    pscom_list_init(&ucp_g.failed);
+}
