@@ -287,6 +287,7 @@ int pscom_write_peek(pscom_con_t *con, unsigned idx, struct iovec *head, struct 
         if (idx--) continue;
         pscom_req_t *req = pscom_list_entry(pos, pscom_req_t, next);
         assert(req->send_off == 0);
+        req->pub.state |= PSCOM_REQ_STATE_IO_STARTED; /* handed to the transport: no cancel */
         head->iov_base = &req->pub.header;
         head->iov_len  = head_len(req);
         data->iov_base = req->pub.data;
