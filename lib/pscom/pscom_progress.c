@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "pscom_config.h"
@@ -24,14 +25,36 @@
 #define FD_POLL_EVERY 32
 
 static int epfd = -1;
+
+/* Threaded mode: a thread sleeping in epoll_wait must wake up when another
+ * thread completed something it may wait for. */
+static int wake_fd = -1;
+static unsigned sleepers;
+static pscom_ufd_t wake_ufd;
 static pscom_list_t pollers = PSCOM_LIST_INIT(pollers);
 static unsigned pollers_active;
+
+static pscom_list_t timers = PSCOM_LIST_INIT(timers);
 
 typedef struct deferred {
     struct deferred *next;
     void *ptr;
 } deferred_t;
 static deferred_t *deferred_head;
+
+static void wake_handler(pscom_ufd_t *ufd, uint32_t revents)
+{
+    uint64_t v;
+    if (read(ufd->fd, &v, sizeof(v)) < 0) { /* drained by another thread */
+    }
+}
+
+static void wake_sleepers(void)
+{
+    uint64_t one = 1;
+    if (write(wake_fd, &one, sizeof(one)) < 0) { /* counter full: already signalled */
+    }
+}
 
 int pscom_progress_init(void)
 {
@@ -41,11 +64,21 @@ int pscom_progress_init(void)
         plog_err("epoll_create1() failed: %m");
         return -1;
     }
+    wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd >= 0) {
+        wake_ufd = (pscom_ufd_t){.fd = wake_fd, .events = EPOLLIN, .handler = wake_handler};
+        pscom_ufd_add(&wake_ufd);
+    }
     return 0;
 }
 
 void pscom_progress_fini(void)
 {
+    if (wake_fd >= 0) {
+        pscom_ufd_del(&wake_ufd);
+        close(wake_fd);
+    }
+    wake_fd = -1;
     if (epfd >= 0) close(epfd);
     epfd = -1;
 }
@@ -119,6 +152,52 @@ static void free_deferred(void)
     }
 }
 
+/* ---- timers --------------------------------------------------------------- */
+
+void pscom_timer_start(pscom_timer_t *timer, unsigned ms)
+{
+    pscom_timer_stop(timer);
+    timer->due_us = pscom_time_us() + (uint64_t)ms * 1000u;
+    /* mostly armed in due order: search for the place from the tail */
+    pscom_list_t *pos = timers.prev;
+    while (pos != &timers &&
+           pscom_list_entry(pos, pscom_timer_t, next)->due_us > timer->due_us)
+        pos = pos->prev;
+    pscom_list_add(&timer->next, pos);
+    timer->armed = 1;
+}
+
+void pscom_timer_stop(pscom_timer_t *timer)
+{
+    if (!timer->armed) return;
+    pscom_list_del(&timer->next);
+    timer->armed = 0;
+}
+
+/* Run the due timers; lower *timeout_ms to the next one. Returns non-zero
+ * if any ran. */
+static int run_timers(int *timeout_ms)
+{
+    int ran      = 0;
+    uint64_t now = pscom_time_us();
+    while (!pscom_list_empty(&timers)) {
+        pscom_timer_t *t = pscom_list_entry(timers.next, pscom_timer_t, next);
+        if (t->due_us > now) {
+            uint64_t ms = (t->due_us - now + 999) / 1000;
+            if (*timeout_ms < 0 || (uint64_t)*timeout_ms > ms) *timeout_ms = (int)ms;
+            break;
+        }
+        pscom_timer_stop(t);
+        t->fn(t);
+        ran = 1;
+    }
+    if (ran) {
+        *timeout_ms = 0;
+        pscom.progress_counter++;
+    }
+    return ran;
+}
+
 static int poll_transports(void)
 {
     int progress = 0;
@@ -139,8 +218,9 @@ int pscom_progress(int timeout_ms)
 
     if (pscom_unlikely(deferred_head != NULL)) free_deferred();
     pscom.stats.progress_passes++;
+    if (pscom_unlikely(!pscom_list_empty(&timers))) progress = run_timers(&timeout_ms);
     if (pollers_active) {
-        progress = poll_transports();
+        progress |= poll_transports();
         if (progress) timeout_ms = 0;
         if (!timeout_ms && ++skipped < FD_POLL_EVERY) return progress;
         skipped = 0;
@@ -149,9 +229,11 @@ int pscom_progress(int timeout_ms)
 
     int n;
     if (timeout_ms && pscom.threaded) {
+        sleepers++;
         pthread_mutex_unlock(&pscom.lock);
         n = epoll_wait(epfd, evs, MAX_EVENTS, timeout_ms);
         pthread_mutex_lock(&pscom.lock);
+        sleepers--;
     } else {
         n = epoll_wait(epfd, evs, MAX_EVENTS, timeout_ms);
     }
@@ -165,6 +247,7 @@ int pscom_progress(int timeout_ms)
         ufd->handler(ufd, evs[i].events);
     }
     if (n > 0) pscom.progress_counter++;
+    if ((progress || n > 0) && sleepers && wake_fd >= 0) wake_sleepers();
     return progress || n > 0;
 }
 

@@ -58,7 +58,6 @@ static int server(tu_ctx_t *ctx)
     }
     pscom_request_free(req);
     free(buf);
-    tu_wait_peer_exit(ctx, 1);
     pscom_close_socket(sock);
     return 0;
 }
