@@ -124,6 +124,12 @@ void pscom_rndv_matched(pscom_con_t *con, pscom_req_t *req, const pscom_rndv_rts
     size_t len         = full < req->pub.data_len ? (size_t)full : req->pub.data_len;
 
     req->pub.state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST | PSCOM_REQ_STATE_IO_STARTED;
+    if (!pscom_con_writable(con) || !pscom_con_readable(con)) {
+        /* an announcement kept as unexpected message of a connection that
+         * has failed or closed since: the data can never come */
+        pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
+        return;
+    }
     if (len && src && has_read(con) &&
         con->transport->ops->rma_read(con, req->pub.data, src, len) == 0) {
         send_fin(con, sender_id, 0);
