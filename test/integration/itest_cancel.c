@@ -21,6 +21,11 @@
  *    send returns 0; the peer then receives the big message intact
  *    followed by the next (not cancelled) message - the cancelled ones
  *    never appear; cancelling a completed send returns 0.
+ *    Over tcp (one byte stream) the queued sends must not have started.
+ *    A transport that hands several messages to its library at once may
+ *    have started them: then cancel must return 0 and the peer receives
+ *    them, still in post order. The big send may likewise not have
+ *    started yet (then only the queued ones are cancelled).
  */
 #include "pscom_testutil.h"
 
@@ -73,7 +78,8 @@ static int client(tu_ctx_t *ctx)
         } else if (cmd[1] == CMD_BLOCK) {
             /* stay out of pscom until the server has queued its sends */
             tu_signal(ctx, TU_SERVER, 1);
-            TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 2);
+            uint32_t go = tu_wait_signal(ctx, TU_SERVER);
+            TU_ASSERT_EQ(go & 0xff, 2);
             unsigned char *big = (unsigned char *)tu_malloc(BIG);
             uint32_t xh[2];
             TU_ASSERT_OK(pscom_recv_from(con, xh, sizeof(xh), big, BIG));
@@ -81,6 +87,9 @@ static int client(tu_ctx_t *ctx)
             TU_ASSERT_EQ(xh[1], 1);
             TU_ASSERT_PATTERN(big, BIG, 4242);
             free(big);
+            for (uint32_t m = 2; m <= 3; m++) {
+                if (go & (1u << (8 + m))) recv_numbered(con, m); /* not cancelled */
+            }
             recv_numbered(con, 4);
             recv_numbered(con, 5);
         }
@@ -249,32 +258,67 @@ static void send_cancel_tests(tu_ctx_t *ctx)
     for (int i = 0; i < 100 && !(s1->state & PSCOM_REQ_STATE_IO_STARTED); i++) {
         pscom_test_any();
     }
-    TU_ASSERT_STATE_HAS(s1->state, PSCOM_REQ_STATE_IO_STARTED);
     TU_ASSERT_MSG(!pscom_req_is_done(s1),
                   "a %u byte send to a non-reading peer completed: cannot test "
                   "cancel_send behind it", BIG);
+    /* A transport may hold the send back while the peer does not progress
+     * (nothing in the spec forces it to take bytes now); then s1 itself is
+     * still cancellable and only the queued ones are tested. */
+    int s1_started = (s1->state & PSCOM_REQ_STATE_IO_STARTED) != 0;
+    if (!s1_started) {
+        tu_log("note: the %u byte send was not started by the transport (%s) "
+               "after 100 progress passes: [%s]; not testing cancel of a "
+               "started send",
+               BIG, pscom_con_type_str(con->type), tu_state_str(s1->state));
+    }
 
-    /* queued behind s1, not started */
+    /* queued behind s1. Over a byte stream (tcp) nothing behind an
+     * unfinished message can have started, so both must be cancellable. A
+     * transport that takes several messages at once (e.g. ucp hands a
+     * window of messages to UCX) may already have started them: then
+     * cancel must return 0 and they are delivered. */
     send_io_done_calls  = 0;
     pscom_request_t *s2 = post_send(2, small[2], 40, 1);
     pscom_request_t *s3 = post_send(3, small[3], 40, 0);
-    TU_ASSERT_STATE_LACKS(s2->state, PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE);
-    TU_ASSERT_EQ(pscom_cancel_send(s2), 1);
-    TU_ASSERT_EQ(send_io_done_calls, 1); /* io_done ran before return */
-    TU_ASSERT_STATE_HAS(send_io_done_state, PSCOM_REQ_STATE_CANCELED | PSCOM_REQ_STATE_DONE);
-    assert_cancelled(s2);
-    TU_ASSERT_EQ(pscom_cancel(s3), 1);
-    assert_cancelled(s3);
-    TU_ASSERT_EQ(pscom_cancel_send(s2), 0); /* already DONE */
+    pscom_req_state_t st2 = s2->state, st3 = s3->state;
+    int must_cancel = strcmp(pscom_con_type_str(con->type), "tcp") == 0;
+    if (must_cancel) {
+        TU_ASSERT_STATE_LACKS(st2, PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE);
+        TU_ASSERT_STATE_LACKS(st3, PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE);
+    }
+    int c2 = pscom_cancel_send(s2);
+    if (st2 & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) {
+        TU_ASSERT_MSG(c2 == 0, "cancel_send of a started send returned %d: [%s]", c2,
+                      tu_state_str(st2));
+        tu_log("note: the send queued behind the big one had started (%s): [%s]",
+               pscom_con_type_str(con->type), tu_state_str(st2));
+    } else {
+        TU_ASSERT_EQ(c2, 1);
+        TU_ASSERT_EQ(send_io_done_calls, 1); /* io_done ran before return */
+        TU_ASSERT_STATE_HAS(send_io_done_state,
+                            PSCOM_REQ_STATE_CANCELED | PSCOM_REQ_STATE_DONE);
+        assert_cancelled(s2);
+        TU_ASSERT_EQ(pscom_cancel_send(s2), 0); /* already DONE */
+    }
+    int c3 = pscom_cancel(s3);
+    if (st3 & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) {
+        TU_ASSERT_EQ(c3, 0);
+    } else {
+        TU_ASSERT_EQ(c3, 1);
+        assert_cancelled(s3);
+    }
 
     /* started: cannot be cancelled */
-    TU_ASSERT_EQ(pscom_cancel_send(s1), 0);
-    TU_ASSERT_STATE_LACKS(s1->state, PSCOM_REQ_STATE_CANCELED);
+    if (s1_started) {
+        TU_ASSERT_EQ(pscom_cancel_send(s1), 0);
+        TU_ASSERT_STATE_LACKS(s1->state, PSCOM_REQ_STATE_CANCELED);
+    }
 
     pscom_request_t *s4 = post_send(4, small[4], 40, 0);
     send_numbered(con, 5);
 
-    tu_signal(ctx, 1, 2); /* client: receive now */
+    /* client: receive now; bits 8+n: message n was not cancelled */
+    tu_signal(ctx, 1, 2u | (c2 ? 0u : 1u << 10) | (c3 ? 0u : 1u << 11));
     pscom_wait(s1);
     TU_ASSERT_SUCCESSFUL(s1);
     pscom_wait(s4);
@@ -282,6 +326,10 @@ static void send_cancel_tests(tu_ctx_t *ctx)
     TU_ASSERT_EQ(pscom_cancel_send(s4), 0);
     TU_ASSERT_EQ(pscom_cancel(s4), 0);
     TU_ASSERT_SUCCESSFUL(s4);
+    pscom_wait(s2);
+    pscom_wait(s3);
+    if (!c2) TU_ASSERT_SUCCESSFUL(s2);
+    if (!c3) TU_ASSERT_SUCCESSFUL(s3);
     pscom_request_free(s1);
     pscom_request_free(s2);
     pscom_request_free(s3);
