@@ -1,0 +1,236 @@
+/*
+ * itest_rndv_huge: one 5 GiB message (more than the 32 bits of a length,
+ * less than the 40 bits of the wire header), checked word by word.
+ *
+ *  1. eager (PSP_RENDEZVOUS=inf): the receive is posted before the
+ *     message is sent (an unexpected 5 GiB eager message would be buffered
+ *     and need another 5 GiB).
+ *  2. rendezvous (PSP_RENDEZVOUS=65536): posted before, then a second
+ *     5 GiB message received after it arrived unexpected: probe sees
+ *     header.data_len = 5 GiB, the receiver's resident memory does not grow
+ *     (nothing buffered), content right (sample regions are cleared
+ *     before, so stale data from the first message cannot pass).
+ *
+ * Memory: sender 5 GiB + receiver 5 GiB at a time (the two runs are
+ * sequential). The receiver touches its buffer while the sender fills
+ * its own, so the logged rates are transfer rates, not page-fault rates. The ctest entries take a RESOURCE_LOCK so that the tcp and
+ * shm variants never run at the same time, and a 300 s TIMEOUT.
+ * Transfer rates are logged.
+ */
+#define _GNU_SOURCE
+#include "pscom_testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#define HUGE_LEN ((5ull << 30) + 24) /* 5 GiB and a bit: not a multiple of anything */
+#define XH_MAGIC 0x48554745u         /* "HUGE" */
+
+typedef struct xh {
+    uint32_t magic;
+    uint32_t seq;
+    uint64_t len;
+} xh_t;
+
+enum { SIG_GO = 1, SIG_SENT, SIG_PROBED };
+
+static double now(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
+}
+
+static uint64_t word(uint64_t i, uint64_t seed)
+{
+    uint64_t w = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    return w ^ (w >> 29);
+}
+
+/* fast, position-dependent pattern: 8-byte words, then a byte tail */
+static void fill(unsigned char *p, uint64_t len, uint64_t seed)
+{
+    uint64_t n = len / 8;
+    uint64_t *w = (uint64_t *)(void *)p; /* malloc'ed: aligned */
+    for (uint64_t i = 0; i < n; i++) w[i] = word(i, seed);
+    for (uint64_t i = n * 8; i < len; i++) p[i] = (unsigned char)(word(n, seed) >> (8 * (i - n * 8)));
+}
+
+static void check(const unsigned char *p, uint64_t len, uint64_t seed)
+{
+    uint64_t n        = len / 8;
+    const uint64_t *w = (const uint64_t *)(const void *)p;
+    for (uint64_t i = 0; i < n; i++) {
+        if (w[i] != word(i, seed)) {
+            TU_FAIL("5 GiB message: wrong word at byte offset %llu: %#llx, expected %#llx",
+                    (unsigned long long)(i * 8), (unsigned long long)w[i],
+                    (unsigned long long)word(i, seed));
+        }
+    }
+    for (uint64_t i = n * 8; i < len; i++) {
+        TU_ASSERT_EQ(p[i], (unsigned char)(word(n, seed) >> (8 * (i - n * 8))));
+    }
+}
+
+static size_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    TU_ASSERT_NOT_NULL(f);
+    unsigned long size = 0, res = 0;
+    TU_ASSERT_EQ(fscanf(f, "%lu %lu", &size, &res), 2);
+    fclose(f);
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* An anonymous mapping. (No MADV_HUGEPAGE: with THP defrag "madvise" a
+ * fault may stall in direct compaction for many seconds.) */
+static unsigned char *huge_alloc(void)
+{
+    void *p = mmap(NULL, HUGE_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) TU_FAIL("cannot map %llu bytes", (unsigned long long)HUGE_LEN);
+    return p;
+}
+
+static void huge_free(unsigned char *p)
+{
+    munmap(p, HUGE_LEN);
+}
+
+static int rendezvous_run;
+
+static pscom_request_t *post_huge(pscom_connection_t *con, unsigned char *buf)
+{
+    pscom_request_t *r = pscom_request_create(sizeof(xh_t), 0);
+    TU_ASSERT_NOT_NULL(r);
+    r->connection  = con;
+    r->socket      = con->socket;
+    r->data        = buf;
+    r->data_len    = HUGE_LEN;
+    r->xheader_len = sizeof(xh_t);
+    pscom_post_recv(r);
+    return r;
+}
+
+static void finish(pscom_request_t *r, unsigned char *buf, uint32_t seq, double t0)
+{
+    pscom_wait(r);
+    double t1 = now();
+    TU_ASSERT_SUCCESSFUL(r);
+    TU_ASSERT_EQ(r->header.data_len, HUGE_LEN);
+    xh_t xh;
+    memcpy(&xh, (void *)&r->xheader, sizeof(xh));
+    TU_ASSERT_EQ(xh.magic, XH_MAGIC);
+    TU_ASSERT_EQ(xh.seq, seq);
+    TU_ASSERT_EQ(xh.len, HUGE_LEN);
+    check(buf, HUGE_LEN, 1000 + seq);
+    tu_log("%s message %u over %s: %.2f GB/s (posted to completion), checked in %.1f s",
+           rendezvous_run ? "rendezvous" : "eager", seq, pscom_con_type_str(r->connection->type),
+           (double)HUGE_LEN / (t1 - t0) / 1e9, now() - t1);
+    pscom_request_free(r);
+}
+
+static int server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    pscom_connection_t *con = cons[1];
+    unsigned char *buf      = huge_alloc();
+
+    /* fault the pages in while the sender fills its buffer: on a VM a
+     * page fault costs microseconds, and 5 GiB are 1.3 million pages */
+    double tf = now();
+    memset(buf, 0, HUGE_LEN);
+    tu_log("receive buffer touched in %.1f s", now() - tf);
+
+    /* 1: posted before the send */
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_GO); /* the sender's data is ready */
+    double t0          = now();
+    pscom_request_t *r = post_huge(con, buf);
+    tu_signal(ctx, 1, SIG_GO);
+    finish(r, buf, 0, t0);
+
+    if (rendezvous_run) {
+        /* 2: unexpected; clear samples so that stale data cannot pass */
+        for (uint64_t off = 0; off + 4096 <= HUGE_LEN; off += 256ull << 20)
+            memset(buf + off, 0, 4096);
+        memset(buf + HUGE_LEN - 4096, 0, 4096);
+        tu_signal(ctx, 1, SIG_GO);
+        TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_SENT);
+        size_t rss0        = rss_bytes();
+        pscom_request_t *p = pscom_request_create(sizeof(xh_t), 0);
+        TU_ASSERT_NOT_NULL(p);
+        p->connection  = con;
+        p->socket      = sock;
+        p->xheader_len = sizeof(xh_t);
+        p->data_len    = HUGE_LEN;
+        pscom_probe(p);
+        TU_ASSERT_EQ(p->header.data_len, HUGE_LEN);
+        TU_ASSERT_STATE_LACKS(p->state, PSCOM_REQ_STATE_TRUNCATED);
+        pscom_request_free(p);
+        size_t rss1 = rss_bytes();
+        TU_ASSERT_MSG(rss1 < rss0 + (64u << 20),
+                      "unexpected 5 GiB rendezvous message: resident memory grew by %zu bytes",
+                      rss1 - rss0);
+        t0 = now();
+        finish(post_huge(con, buf), buf, 1, t0);
+    }
+    tu_wait_tag(con, NULL, 0x444f4e45u);
+    huge_free(buf);
+    return 0;
+}
+
+static int client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    unsigned char *buf      = huge_alloc();
+    double t0               = now();
+    fill(buf, HUGE_LEN, 1000);
+    tu_log("filled 5 GiB in %.1f s", now() - t0);
+    tu_signal(ctx, TU_SERVER, SIG_GO);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_GO); /* the receive is posted */
+
+    pscom_request_t *s = pscom_request_create(sizeof(xh_t), 0);
+    TU_ASSERT_NOT_NULL(s);
+    xh_t xh = {XH_MAGIC, 0, HUGE_LEN};
+    pscom_req_prepare(s, con, buf, HUGE_LEN, &xh, sizeof(xh));
+    pscom_post_send(s);
+    pscom_wait(s);
+    TU_ASSERT_SUCCESSFUL(s);
+    if (rendezvous_run) TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
+
+    if (rendezvous_run) {
+        TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_GO);
+        xh.seq = 1;
+        fill(buf, HUGE_LEN, 1001);
+        pscom_req_prepare(s, con, buf, HUGE_LEN, &xh, sizeof(xh));
+        pscom_post_send(s);
+        tu_signal(ctx, TU_SERVER, SIG_SENT);
+        pscom_wait(s);
+        TU_ASSERT_SUCCESSFUL(s);
+        TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
+    }
+    pscom_request_free(s);
+    tu_send_tag(con, 0x444f4e45u);
+    pscom_flush(con);
+    huge_free(buf);
+    return 0;
+}
+
+int main(void)
+{
+    tu_opts_t o = {.timeout = 280};
+    setenv("PSP_RENDEZVOUS", "inf", 1); /* the children call pscom_init after fork */
+    rendezvous_run = 0;
+    if (tu_run("huge_eager", 1, server, client, &o)) return 1;
+    setenv("PSP_RENDEZVOUS", "65536", 1);
+    rendezvous_run = 1;
+    if (tu_run("huge_rendezvous", 1, server, client, &o)) return 1;
+    return 0;
+}
