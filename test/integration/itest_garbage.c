@@ -47,7 +47,10 @@ static int server(tu_ctx_t *ctx)
         TU_ASSERT_SUCCESSFUL(req);
         uint32_t xh[2];
         memcpy(xh, (const void *)&req->xheader, sizeof(xh));
-        if (xh[0] == TU_TAG_HELLO) continue;
+        if (xh[0] == TU_TAG_HELLO) {
+            tu_send_tag(req->connection, TU_TAG_WELCOME);
+            continue;
+        }
         if (xh[0] == TAG_END) break;
         TU_ASSERT_EQ(xh[0], TAG_ECHO);
         pscom_send(req->connection, xh, sizeof(xh), buf, req->header.data_len);

@@ -123,18 +123,23 @@ static int server(tu_ctx_t *ctx)
     tu_server_accept_all(ctx, sock, cons);
 
     /* 1: pending receive, we kill the peer */
+    tu_step("1: kill client 1, wait for the pending receive");
     pscom_request_t *r1 = post_recv(cons[1], NULL, 0);
     TU_ASSERT_EQ(kill(ctx->client_pids[1], SIGKILL), 0);
     expect_error(r1, "client 1 killed by the server");
+    tu_step("1: wait for con_error of client 1");
     expect_con_error(cons[1]);
 
     /* 2: blocked in pscom_recv_from while the peer kills itself */
+    tu_step("2: pscom_recv_from while client 2 kills itself");
     tu_signal(ctx, 2, 1);
     uint32_t x;
     TU_ASSERT_ERR(pscom_recv_from(cons[2], &x, sizeof(x), NULL, 0), PSCOM_ERR_IOERROR);
+    tu_step("2: wait for con_error of client 2");
     expect_con_error(cons[2]);
 
     /* 3: peer dies in the middle of a message */
+    tu_step("3: client 3 dies in the middle of a message");
     tu_signal(ctx, 3, 1);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 3), 1);
     unsigned char *big  = (unsigned char *)tu_malloc(BIG);
@@ -152,10 +157,12 @@ static int server(tu_ctx_t *ctx)
     } else {
         expect_error(r3, "client 3 died in the middle of 16 MiB");
     }
+    tu_step("3: wait for con_error of client 3");
     expect_con_error(cons[3]);
     free(big);
 
     /* sending to a dead peer must complete (with whatever result) */
+    tu_step("send to a dead peer");
     {
         unsigned char data[64];
         uint32_t tag = 9;
@@ -175,6 +182,7 @@ static int server(tu_ctx_t *ctx)
     pscom_request_free(r1);
     pscom_request_free(r3);
     for (int i = 1; i <= 3; i++) pscom_close_connection(cons[i]);
+    tu_step("pscom_close_socket");
     pscom_close_socket(sock);
     return 0;
 }

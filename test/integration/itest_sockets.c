@@ -307,6 +307,7 @@ static int client(tu_ctx_t *ctx)
         tu_check_con_type(con);
         uint32_t hello[2] = {TU_TAG_HELLO, (uint32_t)ctx->rank};
         pscom_send(con, hello, sizeof(hello), NULL, 0);
+        tu_wait_tag(con, NULL, TU_TAG_WELCOME);
     } else {
         con = tu_client_connect(ctx, sock);
     }

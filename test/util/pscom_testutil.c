@@ -23,6 +23,15 @@
 
 static char tu_who_buf[128] = "[harness]";
 static unsigned tu_watchdog_secs;
+static char tu_step_buf[256] = "(start)";
+
+void tu_step(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tu_step_buf, sizeof(tu_step_buf), fmt, ap);
+    va_end(ap);
+}
 
 const char *tu_who(void)
 {
@@ -198,15 +207,31 @@ static int tu_nchildren;
 static void tu_watchdog(int sig)
 {
     (void)sig;
-    char msg[256];
+    char msg[512];
     int len = snprintf(msg, sizeof(msg),
-                       "%s WATCHDOG: no completion within %u s, aborting\n",
-                       tu_who_buf, tu_watchdog_secs);
+                       "%s WATCHDOG: no completion within %u s, aborting; "
+                       "last step: %s\n",
+                       tu_who_buf, tu_watchdog_secs, tu_step_buf);
     if (len > 0) {
         ssize_t r = write(2, msg, (size_t)len);
         (void)r;
     }
     _exit(124);
+}
+
+/* SIGUSR1 from the parent: another process failed; say where we were */
+static void tu_abort_request(int sig)
+{
+    (void)sig;
+    char msg[512];
+    int len = snprintf(msg, sizeof(msg),
+                       "%s aborted after another process failed; last step: %s\n",
+                       tu_who_buf, tu_step_buf);
+    if (len > 0) {
+        ssize_t r = write(2, msg, (size_t)len);
+        (void)r;
+    }
+    _exit(125);
 }
 
 static void tu_parent_watchdog(int sig)
@@ -243,12 +268,17 @@ static void tu_child_main(tu_ctx_t *ctx, tu_role_fn fn, pid_t parent,
     sa.sa_handler = tu_watchdog;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGALRM, &sa, NULL);
+    sa.sa_handler = tu_abort_request;
+    sigaction(SIGUSR1, &sa, NULL);
     alarm(timeout);
 
     /* pscom_init only now, after the fork, in every process */
+    tu_step("pscom_init");
     TU_ASSERT_OK(pscom_init(PSCOM_VERSION));
 
+    tu_step("role function");
     int rc = fn(ctx);
+    tu_step("exit (library cleanup)");
     if (rc != 0) {
         tu_log("role returned %d", rc);
         fflush(NULL);
@@ -390,10 +420,13 @@ int tu_run(const char *name, int nclients, tu_role_fn server, tu_role_fn client,
             fprintf(stderr, "%s %s (pid %d) FAILED: %s%s\n", tu_who_buf, role,
                     (int)pid, why, failed ? " (after an earlier failure)" : "");
             if (!failed) {
+                /* ask the others to report their last step and exit; the
+                 * parent watchdog SIGKILLs whatever is left after 5 s */
                 failed = 1;
                 for (int i = 0; i <= nclients; i++) {
-                    if (!done[i]) kill(tu_children[i], SIGKILL);
+                    if (!done[i]) kill(tu_children[i], SIGUSR1);
                 }
+                alarm(5);
             }
         }
     }
@@ -439,6 +472,7 @@ static void tu_ctl_read(tu_ctx_t *ctx, int peer, void *buf, size_t len)
 {
     int fd           = tu_ctl_fd(ctx, peer);
     unsigned char *p = (unsigned char *)buf;
+    tu_step("waiting on the control channel from rank %d", peer);
     while (len > 0) {
         ssize_t n = read(fd, p, len);
         if (n < 0) {
@@ -576,12 +610,14 @@ pscom_connection_t *tu_client_connect(tu_ctx_t *ctx, pscom_socket_t *sock)
     const char *ep          = tu_client_get_ep(ctx);
     pscom_connection_t *con = pscom_open_connection(sock);
     TU_ASSERT_NOT_NULL(con);
+    tu_step("pscom_connect(DIRECT) to %s", ep);
     TU_ASSERT_OK(pscom_connect(con, ep, TU_SERVER, PSCOM_CON_FLAG_DIRECT));
     TU_ASSERT_EQ(con->state, PSCOM_CON_STATE_RW);
     tu_check_con_type(con);
 
     uint32_t hello[2] = {TU_TAG_HELLO, (uint32_t)ctx->rank};
     pscom_send(con, hello, sizeof(hello), NULL, 0);
+    tu_wait_tag(con, NULL, TU_TAG_WELCOME);
     return con;
 }
 
@@ -617,6 +653,7 @@ void tu_server_accept_all(tu_ctx_t *ctx, pscom_socket_t *sock,
 {
     for (int i = 0; i <= ctx->nclients; i++) cons[i] = NULL;
     for (int k = 1; k <= ctx->nclients; k++) {
+        tu_step("accepting: waiting for hello %d of %d", k, ctx->nclients);
         pscom_request_t *req = pscom_request_create(8, sizeof(uint32_t));
         TU_ASSERT_NOT_NULL(req);
         uint32_t tag = TU_TAG_HELLO;
@@ -640,6 +677,7 @@ void tu_server_accept_all(tu_ctx_t *ctx, pscom_socket_t *sock,
         TU_ASSERT_NOT_NULL(req->connection);
         cons[rank] = req->connection;
         tu_check_con_type(cons[rank]);
+        tu_send_tag(cons[rank], TU_TAG_WELCOME);
         pscom_request_free(req);
     }
 }
@@ -662,6 +700,7 @@ pscom_connection_t *tu_wait_tag(pscom_connection_t *con, pscom_socket_t *sock,
     req->data_len        = 0;
     req->ops.recv_accept = tu_accept_tag;
     req->ops.io_done     = NULL;
+    tu_step("waiting for tag 0x%08x", tag);
     pscom_post_recv(req);
     pscom_wait(req);
     TU_ASSERT_SUCCESSFUL(req);

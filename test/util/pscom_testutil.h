@@ -77,6 +77,10 @@ void tu_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define TU_FAIL(...) tu_fail(__FILE__, __LINE__, __VA_ARGS__)
 
+/* Record what this process is doing now; the watchdog prints the last
+ * step when it fires (diagnosing hangs without a debugger). */
+void tu_step(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #define TU_ASSERT(cond)                                                        \
     do {                                                                       \
         if (!(cond)) TU_FAIL("assertion failed: %s", #cond);                   \
@@ -219,18 +223,22 @@ pscom_socket_t *tu_open_socket(tu_ctx_t *ctx, size_t userdata_size,
 void tu_server_listen(tu_ctx_t *ctx, pscom_socket_t *sock);
 /* Client: receive the server's endpoint string (stored in ctx->ep). */
 const char *tu_client_get_ep(tu_ctx_t *ctx);
-/* Client: open a connection on sock, connect it DIRECT to the server and
- * send the hello message (so that tu_server_accept_all() can map it). */
+/* Client: open a connection on sock, connect it DIRECT to the server,
+ * send the hello message (so that tu_server_accept_all() can map it) and
+ * wait for the server's welcome (so the hello has surely arrived: a
+ * transport need not deliver while the sender stays out of pscom). */
 pscom_connection_t *tu_client_connect(tu_ctx_t *ctx, pscom_socket_t *sock);
-/* Server: receive one hello from every client; cons[i] (i = 1..nclients)
- * becomes the connection of client i. cons must have nclients+1 slots. */
+/* Server: receive one hello from every client and answer each with a
+ * welcome; cons[i] (i = 1..nclients) becomes the connection of client i.
+ * cons must have nclients+1 slots. */
 void tu_server_accept_all(tu_ctx_t *ctx, pscom_socket_t *sock,
                           pscom_connection_t **cons);
 /* Assert the connection type against PSCOM_TEST_CONTYPE (if set). */
 void tu_check_con_type(pscom_connection_t *con);
 
 /* Tagged zero-data messages ("fences"): the xheader is the 4-byte tag. */
-#define TU_TAG_HELLO 0xF00DBEEFu
+#define TU_TAG_HELLO   0xF00DBEEFu
+#define TU_TAG_WELCOME 0xF00DCAFEu
 void tu_send_tag(pscom_connection_t *con, uint32_t tag);
 /* Receive the next message with this tag (other messages are left to
  * other receives or become unexpected). con may be NULL (any connection of
