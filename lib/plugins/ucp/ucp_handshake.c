@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <ucs/config/global_opts.h>
 #include <unistd.h>
 
 #include "ucp_priv.h"
@@ -106,7 +107,9 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 /* UCP_ERR_HANDLING_MODE_PEER where UCX supports it (tcp, verbs); UCX 1.13's
  * shared-memory transports do not, so after the first "unreachable" we use
  * mode NONE for the rest of the process and rely on the handshake socket
- * to notice a dead peer. */
+ * to notice a dead peer. UCX logs that first refusal as an error; as it is
+ * expected, its log level is lowered for that one call (unless the user
+ * asked UCX for more than warnings). */
 static int peer_mode_unsupported;
 
 static int ep_create(ucp_con_t *uc, const void *addr)
@@ -120,7 +123,11 @@ static int ep_create(ucp_con_t *uc, const void *addr)
     };
     ucs_status_t st = UCS_ERR_UNREACHABLE;
     if (!peer_mode_unsupported) {
+        ucs_log_level_t level = ucs_global_opts.log_component.log_level;
+        if (level <= UCS_LOG_LEVEL_WARN)
+            ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_FATAL;
         st = ucp_ep_create(ucp_g.worker, &p, &uc->ep);
+        ucs_global_opts.log_component.log_level = level;
         if (st == UCS_ERR_UNREACHABLE) {
             peer_mode_unsupported = 1;
             plog_dbg("ucp: the UCX transports in use cannot detect peer failures; using "
@@ -138,6 +145,59 @@ static int ep_create(ucp_con_t *uc, const void *addr)
         return -1;
     }
     ucp_wake(); /* wire-up needs progress */
+    return 0;
+}
+
+/* Wait until the endpoint is wired up (ucp_ep_flush_nbx waits for the
+ * connection to be established). Done during the handshake, while the
+ * peer is still in the progress engine: UCX establishes connections only
+ * when both workers are progressed, and a peer that leaves pscom right
+ * after the handshake (blocking on something else) would otherwise never
+ * see our first messages. Bounded by UCP_WIREUP_TIMEOUT_US. */
+#define UCP_WIREUP_TIMEOUT_US 10000000
+
+static void flush_cb(void *request, ucs_status_t status, void *user_data)
+{
+    ucp_req_t *r = request;
+    if (!r->con_id) { /* given up on */
+        ucp_req_release(r);
+        return;
+    }
+    r->completed = 1;
+    r->status    = status;
+}
+
+static int ep_wireup(ucp_con_t *uc)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+        .cb.send      = flush_cb,
+    };
+    ucs_status_ptr_t st = ucp_ep_flush_nbx(uc->ep, &p);
+    if (!UCS_PTR_IS_PTR(st)) {
+        if (UCS_PTR_STATUS(st) == UCS_OK) return 0;
+        plog_err("%s: ucp: connecting: %s", pscom_con_name(uc->con),
+                 ucs_status_string(UCS_PTR_STATUS(st)));
+        return -1;
+    }
+    ucp_req_t *r = st;
+    ucp_req_track(r, UCP_REQ_FLUSH, uc->id);
+    uint64_t t0 = ucp_now_us();
+    while (!r->completed && !uc->ep_failed && ucp_now_us() - t0 < UCP_WIREUP_TIMEOUT_US) {
+        for (int i = 0; i < 64; i++) ucp_worker_progress(ucp_g.worker);
+    }
+    if (!r->completed) {
+        plog_err("%s: ucp: connecting: %s", pscom_con_name(uc->con),
+                 uc->ep_failed ? "endpoint error" : "timeout");
+        r->con_id = 0; /* flush_cb releases it when the endpoint is closed */
+        return -1;
+    }
+    ucs_status_t status = r->status;
+    ucp_req_release(r);
+    if (status != UCS_OK) {
+        plog_err("%s: ucp: connecting: %s", pscom_con_name(uc->con), ucs_status_string(status));
+        return -1;
+    }
     return 0;
 }
 
@@ -199,7 +259,7 @@ int ucp_con_connect(pscom_con_t *con, const void *reply, size_t len, void *confi
     const void *addr = get_hdr(con, reply, len, &alen, &peer_id);
     if (!addr) return -1;
     uc->peer_id = peer_id;
-    if (ep_create(uc, addr) < 0) return -1;
+    if (ep_create(uc, addr) < 0 || ep_wireup(uc) < 0) return -1;
     put_hdr(confirm, 0, 0); /* magic and version only */
     *confirm_len = UCP_CONFIRM_LEN;
     return 0;
@@ -216,6 +276,7 @@ int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len)
     if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION) goto bad;
     if (!uc->peer_addr) return -1;
     int rc = ep_create(uc, uc->peer_addr);
+    if (rc == 0) rc = ep_wireup(uc);
     free(uc->peer_addr);
     uc->peer_addr = NULL;
     return rc;
@@ -227,7 +288,12 @@ bad:
 /* The handshake socket: goodbye byte or EOF. */
 static void sock_handler(pscom_ufd_t *ufd, uint32_t revents)
 {
-    ucp_con_t *uc = ufd->priv;
+    ucp_sock_poll(ufd->priv);
+}
+
+void ucp_sock_poll(ucp_con_t *uc)
+{
+    pscom_ufd_t *ufd = &uc->sock;
     char buf[16];
     for (;;) {
         ssize_t n = recv(ufd->fd, buf, sizeof(buf), MSG_DONTWAIT);

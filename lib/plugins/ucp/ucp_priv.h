@@ -74,6 +74,7 @@ typedef enum ucp_req_type {
     UCP_REQ_RECV,    /* MSG/HEAD into buf (owned by the request) */
     UCP_REQ_DATA,    /* DATA into the core's buffer */
     UCP_REQ_DISCARD, /* a message nobody wants */
+    UCP_REQ_FLUSH,   /* ucp_ep_flush_nbx: wire-up during the handshake */
     UCP_REQ_CLOSE,   /* ucp_ep_close_nbx */
 } ucp_req_type_t;
 
@@ -84,8 +85,8 @@ typedef struct ucp_req {
     int completed;
     ucs_status_t status;
     uint64_t con_id;         /* owner (looked up, never a pointer) */
-    unsigned slot;           /* SEND: tx ring slot */
-    char *buf;               /* RECV: bounce buffer; SEND: heap copy or NULL */
+    unsigned slot;           /* SEND: tx ring slot; RECV: kind; DATA in place: bytes kept */
+    char *buf;               /* RECV, DATA: bounce buffer; SEND: heap copy; or NULL */
     size_t len;
     ucp_partial_t *partial;  /* DATA/DISCARD through the generic datatype */
 } ucp_req_t;
@@ -172,6 +173,7 @@ typedef struct ucp_global {
 } ucp_global_t;
 extern ucp_global_t ucp_g;
 
+uint64_t ucp_now_us(void);
 int ucp_worker_ensure(void); /* lazily (PSP_UCP_FASTINIT=0) */
 void ucp_worker_fini(void);
 void ucp_wake(void);         /* make sure the poller runs (after posting) */
@@ -208,6 +210,8 @@ void ucp_con_close(pscom_con_t *con);
  * receive) to the core once the messages that arrived before it are in.
  * Returns 1 when done with it, 0 to be asked again. */
 int ucp_con_check_failed(ucp_con_t *uc);
+/* read the handshake socket: goodbye byte, or EOF (sets sock_dead) */
+void ucp_sock_poll(ucp_con_t *uc);
 
 /* handshake blob: magic, version, address length, connection id */
 #define UCP_BLOB_HDR 16
@@ -229,5 +233,6 @@ void ucp_rx_close(ucp_con_t *uc);
 /* receive and drop a message */
 void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
 extern const ucp_generic_dt_ops_t ucp_partial_ops;
+void ucp_rx_fini(void); /* free cached buffers */
 
 #endif /* UCP_PRIV_H */

@@ -193,6 +193,66 @@ static int data_done(ucp_con_t *uc, size_t len, size_t keep)
     return 0;
 }
 
+/* Bounce buffers for DATA: one spare is kept for reuse (up to BOUNCE_KEEP
+ * bytes), so that a stream of large messages does not map fresh pages for
+ * every one. */
+#define BOUNCE_KEEP (16u << 20)
+static char *spare;
+static size_t spare_cap;
+
+static char *bounce_get(size_t len)
+{
+    if (spare && spare_cap >= len) {
+        char *b = spare;
+        spare   = NULL;
+        return b;
+    }
+    return malloc(len);
+}
+
+static void bounce_put(char *b, size_t cap)
+{
+    if (!b) return;
+    if (cap <= BOUNCE_KEEP && (!spare || spare_cap < cap)) {
+        free(spare);
+        spare     = b;
+        spare_cap = cap;
+        return;
+    }
+    free(b);
+}
+
+void ucp_rx_fini(void)
+{
+    free(spare);
+    spare     = NULL;
+    spare_cap = 0;
+}
+
+/* A DATA message of len bytes arrived in a bounce buffer: hand it over
+ * (the core stores what the receiver takes and drops the rest). */
+static int data_fed(ucp_con_t *uc, const char *buf, size_t len)
+{
+    uc->rx_data_len = 0;
+    return feed(uc, buf, len);
+}
+
+/*
+ * DATA: where UCX may write directly.
+ *
+ * The buffer pscom_read_get_buf() names is only guaranteed until the next
+ * core call for this connection. If the message was unexpected, a
+ * pscom_post_recv() that matches it while UCX is still writing copies
+ * what arrived so far and frees that buffer, and pscom_close_connection()
+ * frees it too. So UCX writes directly only where that cannot happen:
+ *  - a truncated receive (a posted receive shorter than the message: it
+ *    cannot be an unexpected one, those are as long as the message) or no
+ *    receiver at all (the core's scratch buffer): the generic datatype
+ *    keeps the stored part and drops the rest;
+ *  - with PSCOM_PLUGIN_HAS_READ_PIN (the core keeps the buffer in place
+ *    until pscom_read_done()), every receive.
+ * Otherwise the payload goes through a bounce buffer and pscom_read_feed().
+ */
 static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
 {
     char *buf;
@@ -203,40 +263,54 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
         .cb.recv      = recv_cb,
     };
     ucp_partial_t *p = NULL;
+    char *bounce     = NULL;
     void *dst        = buf;
     size_t count     = len;
     size_t keep      = len;
-    if (blen < len) { /* truncated: keep what fits */
+    if (blen < len) { /* truncated, or dropped: keep what fits */
         keep = blen;
         p    = partial_new(buf, blen, len);
-        if (!p) {
-            ucp_rx_discard(msg, &(ucp_tag_recv_info_t){.length = len});
-            rx_fail(uc, "receive", UCS_ERR_NO_MEMORY);
-            return 1;
-        }
+        if (!p) goto nomem;
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
         prm.datatype = ucp_g.dt_partial;
         dst          = p;
         count        = 1;
+    } else {
+#ifdef PSCOM_PLUGIN_HAS_READ_PIN
+        pscom_read_pin(uc->con);
+#else
+        bounce = bounce_get(len);
+        if (!bounce) goto nomem;
+        dst = bounce;
+#endif
     }
     ucs_status_ptr_t st = ucp_tag_msg_recv_nbx(ucp_g.worker, dst, count, msg, &prm);
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_DATA, uc->id);
-        r->len      = len;
-        r->slot     = (unsigned)(keep == len);
-        r->partial  = p;
-        uc->rx_req  = r;
+        r->len     = len;
+        r->slot    = (unsigned)keep;
+        r->partial = p;
+        r->buf     = bounce; /* the bounce buffer goes with the request */
+        uc->rx_req = r;
         ucp_g.rx_inflight++;
         ucp_wake();
         return 0;
     }
     free(p);
     if (UCS_PTR_STATUS(st) != UCS_OK) {
+        free(bounce);
         rx_fail(uc, "receive", UCS_PTR_STATUS(st));
         return 1;
     }
-    return data_done(uc, len, keep);
+    if (!bounce) return data_done(uc, len, keep);
+    int stopped = data_fed(uc, bounce, len);
+    bounce_put(bounce, len);
+    return stopped;
+nomem:
+    ucp_rx_discard(msg, &(ucp_tag_recv_info_t){.length = len});
+    rx_fail(uc, "receive", UCS_ERR_NO_MEMORY);
+    return 1;
 }
 
 static int post_msg(ucp_con_t *uc, ucp_tag_message_h msg, size_t len, unsigned kind)
@@ -365,10 +439,15 @@ void ucp_rx_pump(ucp_con_t *uc)
                 } else {
                     free(buf);
                 }
-            } else {
-                size_t keep = kind ? len : r->partial->keep;
+            } else if (r->buf) { /* DATA through a bounce buffer */
+                char *buf = r->buf;
+                r->buf    = NULL;
                 ucp_req_release(r);
-                stopped = data_done(uc, len, keep);
+                stopped = data_fed(uc, buf, len);
+                bounce_put(buf, len);
+            } else { /* DATA written in place; kind holds the stored part */
+                ucp_req_release(r);
+                stopped = data_done(uc, len, kind);
             }
             if (stopped) break;
             continue;

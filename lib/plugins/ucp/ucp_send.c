@@ -1,9 +1,12 @@
 /*
  * ucp_send.c - the send side.
  *
- * Messages are taken whole from the core (pscom_write_peek), up to
- * UCP_TX_WINDOW per connection at a time, and retired in order with
- * pscom_write_done() once UCX is done with their buffers:
+ * Messages are taken whole from the core (pscom_write_peek) and retired in
+ * order with pscom_write_done() once UCX is done with their buffers. Like
+ * a socket that accepts data until it is full, messages are handed over
+ * as long as UCX completes them at once; while one is in flight (a
+ * rendezvous, or UCX out of resources) the rest stays queued in the core,
+ * where it can still be cancelled.
  *
  *   no data             one MSG send of the header + xheader, in place;
  *   head + data <= PSP_UCP_SMALL_MSG_LEN
@@ -120,7 +123,9 @@ void ucp_tx_progress(ucp_con_t *uc)
                 uc->tx_count--;
                 if (write_done(uc, n)) goto out; /* closed */
             }
-            if (uc->tx_failed || !uc->ep || uc->tx_count == UCP_TX_WINDOW) break;
+            /* like a socket that is full: nothing new while UCX still
+             * holds a message (queued messages stay cancellable) */
+            if (uc->tx_failed || !uc->ep || uc->tx_count) break;
             struct iovec head, data;
             if (!pscom_write_peek(uc->con, uc->tx_count, &head, &data)) break;
             ucs_status_t st = post(uc, &head, &data);

@@ -33,7 +33,7 @@ ucp_global_t ucp_g = {
     .failed = PSCOM_LIST_INIT(ucp_g.failed),
 };
 
-static uint64_t now_us(void)
+uint64_t ucp_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -206,7 +206,7 @@ static int ucp_poll(pscom_poller_t *poller)
     if (ucp_g.inflight || ucp_g.rx_inflight) return 0;
     if (++ucp_g.idle_polls < UCP_IDLE_CLOCK_EVERY) return 0;
     ucp_g.idle_polls = 0;
-    uint64_t now     = now_us();
+    uint64_t now     = ucp_now_us();
     if (!ucp_g.idle_since_us) {
         ucp_g.idle_since_us = now;
         return 0;
@@ -322,8 +322,8 @@ void ucp_worker_fini(void)
 {
     if (!ucp_g.worker) return;
     /* let graceful endpoint closes finish (bounded: a dead peer never answers) */
-    uint64_t t0 = now_us();
-    while (ucp_g.inflight && now_us() - t0 < UCP_FINI_WAIT_US) ucp_worker_progress(ucp_g.worker);
+    uint64_t t0 = ucp_now_us();
+    while (ucp_g.inflight && ucp_now_us() - t0 < UCP_FINI_WAIT_US) ucp_worker_progress(ucp_g.worker);
     if (ucp_g.inflight) plog_dbg("ucp: %u UCX operations still in flight at exit", ucp_g.inflight);
 
     pscom_poller_del(&ucp_g.poller);
@@ -333,6 +333,7 @@ void ucp_worker_fini(void)
     ucp_worker_destroy(ucp_g.worker);
     ucp_cleanup(ucp_g.ctx);
     ids_fini();
+    ucp_rx_fini();
     ucp_g.worker = NULL;
     ucp_g.ctx    = NULL;
     ucp_g.addr   = NULL;
