@@ -12,7 +12,6 @@
 #include "pscom_log.h"
 #include "pscom_ondemand.h"
 #include "pscom_precon.h"
-#include "pscom_precon_tcp.h"
 #include "pscom_progress.h"
 #include "pscom_req.h"
 #include "pscom_sock.h"
@@ -42,22 +41,14 @@ static int connecting(void *arg)
 
 static pscom_err_t connect_direct(pscom_con_t *con, const pscom_ep_t *ep)
 {
+    int direct_err = 0; /* set if the peer never answered (unreachable) */
     con->pub.state = PSCOM_CON_STATE_CONNECTING;
-    int fd         = pscom_tcp_connect(ep->addr, ep->port);
-    if (fd < 0) {
-        int e = errno;
-        con->pub.state = PSCOM_CON_STATE_CLOSED;
-        pscom_con_report_error(con, PSCOM_OP_CONNECT, PSCOM_ERR_STDERROR);
-        errno = e;
-        return PSCOM_ERR_STDERROR;
-    }
-    if (pscom_precon_connect(con, fd) < 0) {
-        int e = errno;
-        con->pub.state = PSCOM_CON_STATE_CLOSED;
-        errno          = e;
-        return PSCOM_ERR_STDERROR;
-    }
+    pscom_precon_connect_to(con, ep->addr, ep->port, 0, &direct_err);
     pscom_wait_until(connecting, con);
+    if (direct_err) {
+        errno = direct_err;
+        return PSCOM_ERR_STDERROR; /* con_error(OP_CONNECT) is queued too */
+    }
     return PSCOM_SUCCESS; /* a later failure is reported through con_error */
 }
 

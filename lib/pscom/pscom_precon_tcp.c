@@ -1,5 +1,6 @@
 /*
- * pscom_precon_tcp.c - TCP connect with retries, socket tuning.
+ * pscom_precon_tcp.c - non-blocking TCP connects, retry policy, socket
+ * tuning, fd-limit messages.
  */
 #include "pscom_precon_tcp.h"
 
@@ -8,13 +9,16 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "pscom_config.h"
 #include "pscom_log.h"
+
+_Static_assert(EMFILE == 24 && ENFILE == 23, "pscom_fd_exhausted() constants");
 
 void pscom_tcp_tune_precon(int fd)
 {
@@ -31,68 +35,86 @@ void pscom_tcp_tune_precon(int fd)
     }
 }
 
-static int retryable(int e)
+int pscom_tcp_retryable(int e)
 {
-    return e == ECONNREFUSED || e == ECONNRESET || e == ETIMEDOUT || e == EAGAIN ||
-           e == EINTR || e == ENETUNREACH || e == EHOSTUNREACH;
+    switch (e) {
+    case ECONNREFUSED: /* listener not (yet) there, or its backlog overflowed */
+    case ECONNRESET:
+    case ECONNABORTED:
+    case EPIPE:
+    case ETIMEDOUT:
+    case EAGAIN: /* no free local port */
+    case EINTR:
+    case ENETUNREACH:
+    case EHOSTUNREACH:
+    case EADDRNOTAVAIL:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
-/* one attempt: 0 and *fdp, or -1 and errno */
-static int connect_once(const struct sockaddr_in *sa, int timeout_ms, int *fdp)
+int pscom_tcp_connect_start(uint32_t addr, int port, int *connected)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr    = htonl(addr);
+    sa.sin_port           = htons((uint16_t)port);
+
+    *connected = 0;
+    int fd     = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     pscom_tcp_tune_precon(fd);
-    if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0) {
-        if (errno != EINPROGRESS) goto err;
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int n;
-        do {
-            n = poll(&p, 1, timeout_ms);
-        } while (n < 0 && errno == EINTR);
-        if (n == 0) {
-            errno = ETIMEDOUT;
-            goto err;
-        }
-        int soerr     = 0;
-        socklen_t len = sizeof(soerr);
-        if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0) goto err;
-        if (soerr) {
-            errno = soerr;
-            goto err;
-        }
+    int rc;
+    do {
+        rc = connect(fd, (const struct sockaddr *)&sa, sizeof(sa));
+    } while (rc < 0 && errno == EINTR);
+    if (rc == 0) {
+        *connected = 1;
+        return fd;
     }
-    *fdp = fd;
-    return 0;
-err:;
+    if (errno == EINPROGRESS) return fd;
     int e = errno;
     close(fd);
     errno = e;
     return -1;
 }
 
-int pscom_tcp_connect(uint32_t addr, int port)
+int pscom_tcp_connect_finish(int fd)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    sa.sin_addr.s_addr    = htonl(addr);
-    sa.sin_port           = htons((uint16_t)port);
-    unsigned timeout = pscom_config.precon_tcp_reconnect_timeout *
-                       (pscom_config.precon_tcp_connect_stalled_max ? pscom_config.precon_tcp_connect_stalled_max : 1);
-    if (!timeout || timeout > 600000) timeout = 600000;
-    unsigned delay_ms = 1;
-
-    for (unsigned attempt = 0;; attempt++) {
-        int fd;
-        if (connect_once(&sa, (int)timeout, &fd) == 0) return fd;
-        int e = errno;
-        if (!retryable(e) || attempt >= pscom_config.retry) {
-            plog_dbg("connect to %s:%d failed after %u attempt(s): %m", inet_ntoa(sa.sin_addr),
-                     port, attempt + 1);
-            errno = e;
-            return -1;
-        }
-        struct timespec ts = {.tv_sec = delay_ms / 1000, .tv_nsec = (long)(delay_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-        delay_ms = delay_ms * 2 > 1000 ? 1000 : delay_ms * 2;
+    int soerr     = 0;
+    socklen_t len = sizeof(soerr);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0) return -1;
+    if (soerr) {
+        errno = soerr;
+        return -1;
     }
+    return 0;
+}
+
+unsigned pscom_tcp_retry_delay_ms(unsigned attempt)
+{
+    static unsigned seed;
+    if (!seed) seed = (unsigned)getpid() * 2654435761u + 1;
+    unsigned shift = attempt >= 2 ? attempt - 2 : 0;
+    unsigned ms    = shift >= 10 ? 1000 : 1u << shift;
+    if (ms > 1000) ms = 1000;
+    unsigned jitter = ms / 4 ? (unsigned)rand_r(&seed) % (ms / 4 + 1) : 0;
+    return ms + jitter;
+}
+
+const char *pscom_fd_limit_str(int err, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (err == EMFILE) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+            snprintf(buf, len, "per-process limit RLIMIT_NOFILE = %llu (ulimit -n)",
+                     (unsigned long long)rl.rlim_cur);
+        } else {
+            snprintf(buf, len, "per-process limit RLIMIT_NOFILE (ulimit -n)");
+        }
+    } else if (err == ENFILE) {
+        snprintf(buf, len, "system-wide limit fs.file-max");
+    }
+    return buf;
 }

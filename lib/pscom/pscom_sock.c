@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -37,7 +38,71 @@ typedef struct mask_backup {
     uint64_t mask;
 } mask_backup_t;
 
-/* ---- listener ------------------------------------------------------------ */
+/* ---- listener ------------------------------------------------------------
+ * Level-triggered in the epoll set. When accept() fails for lack of file
+ * descriptors (EMFILE/ENFILE), the pending connection is still taken off
+ * the backlog - with a reserve fd released for the moment - and closed at
+ * once, so the peer sees a reset (and retries within PSP_RETRY) instead of
+ * the listener spinning on a connection it can never accept; an error
+ * naming the limit is logged (at most once a second). Without a reserve
+ * fd the listener is paused for LISTEN_PAUSE_MS. Existing connections are
+ * not affected. */
+
+#define LISTEN_PAUSE_MS 100
+
+static int reserve_fd = -1; /* /dev/null, given up to accept-and-close */
+
+static void reserve_open(void)
+{
+    if (reserve_fd < 0) reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+typedef struct listen_pause {
+    pscom_list_t next;
+    pscom_sock_t *sock;
+    pscom_timer_t timer;
+} listen_pause_t;
+
+static pscom_list_t listen_pauses = PSCOM_LIST_INIT(listen_pauses);
+
+static listen_pause_t *pause_find(pscom_sock_t *sock)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &listen_pauses) {
+        listen_pause_t *p = pscom_list_entry(pos, listen_pause_t, next);
+        if (p->sock == sock) return p;
+    }
+    return NULL;
+}
+
+static void pause_end(listen_pause_t *p)
+{
+    pscom_timer_stop(&p->timer);
+    pscom_list_del(&p->next);
+    free(p);
+}
+
+static void pause_expired(pscom_timer_t *timer)
+{
+    listen_pause_t *p  = timer->priv;
+    pscom_sock_t *sock = p->sock;
+    pause_end(p);
+    reserve_open();
+    if (sock->listen_active && !sock->listen_ufd.registered) pscom_ufd_add(&sock->listen_ufd);
+}
+
+static void listen_pause(pscom_sock_t *sock)
+{
+    if (pause_find(sock)) return;
+    listen_pause_t *p = calloc(1, sizeof(*p));
+    if (!p) return;
+    p->sock       = sock;
+    p->timer.fn   = pause_expired;
+    p->timer.priv = p;
+    pscom_list_add_tail(&p->next, &listen_pauses);
+    pscom_ufd_del(&sock->listen_ufd);
+    pscom_timer_start(&p->timer, LISTEN_PAUSE_MS);
+}
 
 static void accept_one(pscom_sock_t *sock, int fd)
 {
@@ -54,15 +119,56 @@ static void accept_one(pscom_sock_t *sock, int fd)
     if (pscom_precon_accept(con, fd) < 0) pscom_con_setup_failed(con, PSCOM_ERR_STDERROR);
 }
 
+/* accept() failed with EMFILE/ENFILE. Returns 1 if a connection was taken
+ * off the backlog (refused: try the next), 0 if there is nothing more to
+ * do now (backlog empty, or the listener paused). */
+static int accept_exhausted(pscom_sock_t *sock, int err)
+{
+    static uint64_t last_log_us;
+    static unsigned refused;
+    int fd = -1;
+
+    if (reserve_fd >= 0) {
+        close(reserve_fd);
+        reserve_fd = -1;
+        fd         = accept4(sock->listen_ufd.fd, NULL, NULL, SOCK_CLOEXEC);
+        int e      = errno;
+        if (fd >= 0) close(fd);
+        reserve_open();
+        if (fd < 0 && (e == EAGAIN || e == EWOULDBLOCK)) return 0; /* nothing pending */
+    }
+    refused += fd >= 0;
+    uint64_t now = pscom_time_us();
+    if (!last_log_us || now - last_log_us >= 1000000u) {
+        char lim[96];
+        errno = err;
+        plog_err("listener on port %d: cannot accept an incoming connection: %m (%s); %s%u "
+                 "connection(s) refused so far",
+                 sock->pub.listen_portno, pscom_fd_limit_str(err, lim, sizeof(lim)),
+                 fd >= 0 ? "" : "pausing the listener; ", refused);
+        last_log_us = now;
+    }
+    if (fd >= 0) return 1;
+    listen_pause(sock);
+    return 0;
+}
+
 static void listen_handler(pscom_ufd_t *ufd, uint32_t revents)
 {
     pscom_sock_t *sock = ufd->priv;
     for (int i = 0; i < 64; i++) {
         int fd = accept4(ufd->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED)
-                plog_err("accept() on port %d failed: %m", sock->pub.listen_portno);
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            if (pscom_fd_exhausted(errno)) {
+                if (accept_exhausted(sock, errno)) continue;
+                return;
+            }
+            /* anything else (ENOBUFS, ENOMEM, ...): do not spin on it */
+            plog_err("accept() on port %d failed: %m; pausing the listener for %d ms",
+                     sock->pub.listen_portno, LISTEN_PAUSE_MS);
+            listen_pause(sock);
             return;
         }
         accept_one(sock, fd);
@@ -78,6 +184,8 @@ static void listen_activate(pscom_sock_t *sock)
 static void listen_deactivate(pscom_sock_t *sock)
 {
     if (!sock->listen_active) return;
+    listen_pause_t *p = pause_find(sock);
+    if (p) pause_end(p);
     pscom_ufd_del(&sock->listen_ufd);
     sock->listen_active = 0;
 }
@@ -131,6 +239,7 @@ static pscom_err_t listen_open(pscom_sock_t *sock, int portno)
         errno = e;
         return PSCOM_ERR_STDERROR;
     }
+    reserve_open();
     sock->listen_ufd.fd              = fd;
     sock->listen_ufd.events          = EPOLLIN;
     sock->listen_ufd.handler         = listen_handler;
@@ -178,6 +287,7 @@ PSCOM_API void pscom_stop_listen(pscom_socket_t *socket)
 
 void pscom_sock_ondemand_changed(pscom_sock_t *sock)
 {
+    pscom_ondemand_sweep(sock);
     if (sock->listen_stop_pending && !pscom_ondemand_pending(sock)) {
         sock->listen_stop_pending = 0;
         listen_deactivate(sock);

@@ -133,9 +133,16 @@ typedef enum pscom_precon_type {
     PSCOM_PRECON_CONFIRM_FAIL = 7, /* accept side: try the next plugin */
     PSCOM_PRECON_CANCEL       = 8, /* connect side: abandon the offered plugin */
     PSCOM_PRECON_NO_TRANSPORT = 9, /* connect side: no common transport, closing */
-    PSCOM_PRECON_REJECT       = 10, /* either: refused (version, ...), closing */
+    PSCOM_PRECON_REJECT       = 10, /* either: refused, closing; payload: u32 reason (optional) */
     PSCOM_PRECON_BACKCONNECT_OK = 11, /* accept side: will connect back (on-demand) */
 } pscom_precon_type_t;
+
+/* REJECT reasons (u32 payload; an empty payload means VERSION) */
+#define PSCOM_PRECON_REJECT_VERSION 1 /* protocol version mismatch: final */
+#define PSCOM_PRECON_REJECT_NOMATCH 2 /* no waiting on-demand connection for the
+                                         sender (yet): the sender may retry */
+#define PSCOM_PRECON_REJECT_FAILED  3 /* the matching connection failed, or the
+                                         names clash: final */
 
 /* HELLO flags */
 #define PSCOM_PRECON_FLAG_ONDEMAND    0x1 /* connecting for an on-demand connection */
@@ -157,7 +164,7 @@ typedef struct pscom_precon_hello {
     int32_t node_id;
     int32_t rank;
     int32_t portno;
-    uint32_t reserved;
+    uint32_t attempt;      /* connect side: attempt number (1, 2, ...); 0 from the accept side */
     uint64_t con_id;
     char name[8];
 } pscom_precon_hello_t;
