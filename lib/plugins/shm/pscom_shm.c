@@ -1,0 +1,774 @@
+/*
+ * pscom_shm.c - the shared-memory transport, for processes of one node.
+ *
+ * Data path
+ *   Each direction has a single-producer/single-consumer packet ring in
+ *   the receiver's segment (shm_ring.h, shm_segment.h). A message (8-byte
+ *   header, xheader, data) is copied into one packet, each byte once; a
+ *   message larger than a packet (PSP_SHM_CHUNK) is pipelined through the
+ *   ring in packets of that size, never buffered whole. The receiver polls
+ *   (no system call, no lock) and hands the bytes to the core, which puts
+ *   the data straight into the matched receive buffer.
+ *
+ *   Single copy: a message with at least PSP_SHM_RENDEZVOUS data bytes goes
+ *   as an RNDV packet: its head plus {address, length} of the data in the
+ *   sender's buffer. The receiver hands the head to the core, asks it where
+ *   the data goes (the matched receive buffer, or the buffer of an
+ *   unexpected message) and copies straight from the sender's buffer into
+ *   it with cross-memory attach (process_vm_readv, shm_cma.h), then answers
+ *   with an ACK packet; only then is the send complete. Nothing else is
+ *   sent on the connection meanwhile, so sends queued behind it stay
+ *   cancellable. If a read fails (other than for a dead peer) the receiver
+ *   answers NACK {bytes done} and the sender pushes the rest through the
+ *   ring. Where cross-memory attach is refused (different users, ptrace
+ *   policy, pid namespaces; found out once per connection in the
+ *   handshake) or PSP_SHM_CMA=0, every message takes the pipelined ring.
+ *   The core's own rendezvous is switched off on shm connections.
+ *
+ * Handshake (over the TCP pre-connection, never blocking)
+ *   connect side  offer:   create my receive segment; blob {pid, nonce,
+ *                          probe address, ring size, segment name}
+ *   accept side   accept:  map the peer's segment, check it and unlink it;
+ *                          probe cross-memory attach (read the nonce at the
+ *                          probe address); create my segment; reply blob
+ *   connect side  connect: map, check, unlink; probe; confirm {probe ok}
+ *   accept side   confirm: single-copy iff both probes succeeded
+ *   Same-node detection: equal node ids, and the segment must really be
+ *   attachable (and carry the announced nonce), else tcp is used.
+ *
+ * Failure detection
+ *   The handshake's TCP socket is kept open, idle, in the epoll set. When
+ *   the peer process ends, the kernel closes it and we see EOF: we drain
+ *   the ring (a peer that closed properly left its EOF message there) and,
+ *   unless that ended the connection, report a transport error, which
+ *   fails every pending request and calls con_error. Costs nothing per
+ *   message.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "pscom_plugin.h"
+#include "shm_cma.h"
+#include "shm_ring.h"
+#include "shm_segment.h"
+
+#define SHM_RING_MIN   (16u << 10)
+#define SHM_RING_MAX   (1u << 30)
+#define SHM_CHUNK_MIN  1024u
+#define SHM_READ_MAX   64  /* packets per connection and poll */
+#define SHM_CMA_BUDGET (512u << 10) /* single-copy bytes per connection and poll */
+#define SHM_FEED_ONCE  256 /* smaller packets go to the core in one piece */
+
+/* ---- configuration ------------------------------------------------------- */
+
+static struct {
+    unsigned rendezvous;
+    unsigned cma;
+    unsigned ring_size;
+    unsigned chunk;
+} shm_config;
+
+static const pscom_env_entry_t shm_env[] = {
+    {"RENDEZVOUS", "32768",
+     "shm messages of at least this many data bytes are copied once, straight from "
+     "the sender's buffer into the receive buffer (cross-memory attach; inf: never)",
+     &shm_config.rendezvous, PSCOM_ENV_UINT, PSCOM_ENV_HAS_PARENT},
+    {"CMA", "1",
+     "use cross-memory attach (process_vm_readv) for large messages; 0: always the "
+     "pipelined copy through the ring",
+     &shm_config.cma, PSCOM_ENV_UINT, 0},
+    {"RING_SIZE", "262144",
+     "bytes of each receive ring (power of two, 16 KiB .. 1 GiB); two per connection",
+     &shm_config.ring_size, PSCOM_ENV_UINT, 0},
+    {"CHUNK", "32768",
+     "largest packet in the ring in bytes; larger messages are pipelined in "
+     "packets of this size (at most ring size / 2)",
+     &shm_config.chunk, PSCOM_ENV_UINT, 0},
+    {NULL},
+};
+
+static pscom_env_table_t shm_env_table = {.name = "shm", .prefix = "SHM_", .entries = shm_env};
+
+static uint64_t ring_size_round(uint64_t v)
+{
+    uint64_t r = SHM_RING_MIN;
+    while (r < v && r < SHM_RING_MAX) r <<= 1;
+    return r;
+}
+
+static int ring_size_valid(uint64_t v)
+{
+    return v >= SHM_RING_MIN && v <= SHM_RING_MAX && !(v & (v - 1));
+}
+
+static int shm_init(void)
+{
+    pscom_env_table_register_and_parse(&shm_env_table);
+    uint64_t r = ring_size_round(shm_config.ring_size);
+    if (r != shm_config.ring_size) {
+        plog_warn("PSP_SHM_RING_SIZE=%u: using %llu (a power of two in 16 KiB .. 1 GiB)",
+                  shm_config.ring_size, (unsigned long long)r);
+        shm_config.ring_size = (unsigned)r;
+    }
+    if (shm_config.chunk < SHM_CHUNK_MIN) shm_config.chunk = SHM_CHUNK_MIN;
+    return 0;
+}
+
+/* ---- per-connection state ---------------------------------------------- */
+
+/* payload of an RNDV packet after the head */
+typedef struct shm_rndv {
+    uint64_t src;      /* address of the data in the sender */
+    uint64_t len;      /* data bytes (= the header's data_len) */
+} shm_rndv_t;
+
+#define SHM_ACK_OK   0u
+#define SHM_ACK_PUSH 1u /* could not read: push the data from `done` on */
+
+/* payload of an ACK packet */
+typedef struct shm_ack {
+    uint64_t done;     /* data bytes the receiver has */
+    uint32_t status;   /* SHM_ACK_* */
+    uint32_t reserved;
+} shm_ack_t;
+_Static_assert(sizeof(shm_rndv_t) == 16 && sizeof(shm_ack_t) == 16, "shm packet payloads");
+
+typedef struct shm_con {
+    /* receiving */
+    shm_ring_rx_t rx;
+    int in_read;
+    int read_stopped;  /* the core stopped reading (EOF, protocol error) */
+    int rr_active;     /* an RNDV message is being copied */
+    int rr_job;        /* ... its current piece is a job in our segment */
+    uint64_t rr_src;   /* sender's address of the data */
+    uint64_t rr_len;   /* data bytes */
+    uint64_t rr_done;  /* ... handed to the core */
+    size_t rr_piece;   /* bytes of the job's piece */
+    char *rr_prev;     /* the previous piece's buffer */
+
+    /* sending: the oldest queued message may be partly in the ring */
+    shm_ring_tx_t tx;
+    uint32_t chunk;    /* largest packet payload */
+    int in_write;
+    int tx_blocked;    /* ring full, continue from the poller */
+    int cur_active;    /* cur_* describe the oldest message, partly written */
+    int cur_rndv;      /* ... announced by RNDV, waiting for the ACK */
+    struct iovec cur_head, cur_data;
+    size_t cur_off;    /* bytes of it that left (ring or single copy) */
+    int ack_pending;   /* an ACK to send (at most one: see shm_send_ack) */
+    shm_ack_t ack;
+    size_t rndv_size;  /* single copy from this many data bytes on */
+
+    pscom_con_t *con;
+    int closed;
+    int cma;           /* single copy in both directions (sender's view) */
+    int cma_local;     /* we can read the peer's memory (receiver's view) */
+    int help;          /* we may copy into the peer (sender helping) */
+    pid_t peer_pid;
+    pscom_poller_t poller;
+    pscom_ufd_t ufd;   /* the handshake's socket: peer death detector */
+
+    shm_seg_t rx_seg;  /* ours: the peer writes into it */
+    shm_seg_t tx_seg;  /* the peer's */
+    uint64_t probe[2]; /* our nonce; the peer reads it with process_vm_readv */
+} shm_con_t;
+
+static shm_con_t *shm_con(pscom_con_t *con)
+{
+    return pscom_con_plugin_priv(con);
+}
+
+/* ---- handshake blobs ----------------------------------------------------- */
+
+#define SHM_BLOB_MAGIC   0x62687370u /* "pshb" */
+#define SHM_BLOB_VERSION 1u
+#define SHM_BLOB_CMA     0x1u /* offer: willing; reply/confirm: my probe of you worked */
+
+/* Same node, same architecture: native byte order, fixed-width fields. */
+typedef struct shm_blob {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t flags;
+    uint32_t pid;
+    uint32_t ring_size;   /* of the segment below */
+    uint64_t nonce[2];    /* in the segment header and at probe_addr */
+    uint64_t probe_addr;  /* where the sender keeps its nonce */
+    char name[SHM_SEG_NAME_MAX];
+} shm_blob_t;
+_Static_assert(sizeof(shm_blob_t) == 88, "shm handshake blob");
+_Static_assert(sizeof(shm_blob_t) <= PSCOM_PRECON_BLOB_MAX, "shm handshake blob fits");
+
+static int same_node(pscom_con_t *con, const pscom_precon_peer_t *peer)
+{
+    return peer->node_id == pscom_con_pub(con)->socket->local_con_info.node_id;
+}
+
+/* Create our receive segment and describe it in blob. */
+static int local_setup(pscom_con_t *con, shm_con_t *sc, void *blob, size_t *len, uint16_t flags)
+{
+    static int warned;
+    shm_random(sc->probe, sizeof(sc->probe));
+    int err = shm_seg_create(&sc->rx_seg, shm_config.ring_size, sc->probe);
+    if (err < 0) {
+        if (!warned++) {
+            plog_warn("shm: cannot create a shared-memory segment (%s); using other transports",
+                      strerror(-err));
+        } else {
+            plog_dbg("%s: shm segment: %s", pscom_con_name(con), strerror(-err));
+        }
+        return -1;
+    }
+    shm_blob_t b = {
+        .magic      = SHM_BLOB_MAGIC,
+        .version    = SHM_BLOB_VERSION,
+        .flags      = flags,
+        .pid        = (uint32_t)getpid(),
+        .ring_size  = shm_config.ring_size,
+        .nonce      = {sc->probe[0], sc->probe[1]},
+        .probe_addr = (uint64_t)(uintptr_t)sc->probe,
+    };
+    snprintf(b.name, sizeof(b.name), "%s", sc->rx_seg.name);
+    memcpy(blob, &b, sizeof(b));
+    *len = sizeof(b);
+    return 0;
+}
+
+static int blob_parse(pscom_con_t *con, const void *blob, size_t len, shm_blob_t *b,
+                      int need_segment)
+{
+    if (len != sizeof(*b)) goto bad;
+    memcpy(b, blob, sizeof(*b));
+    if (b->magic != SHM_BLOB_MAGIC || b->version != SHM_BLOB_VERSION) goto bad;
+    if (!need_segment) return 0;
+    if (!b->pid || !ring_size_valid(b->ring_size) ||
+        !shm_seg_name_valid(b->name, sizeof(b->name)))
+        goto bad;
+    return 0;
+bad:
+    plog_dbg("%s: shm: malformed handshake blob (%zu bytes)", pscom_con_name(con), len);
+    return -1;
+}
+
+/* Map the peer's segment described by b, unlink it, probe cross-memory
+ * attach if want_cma. */
+static int peer_attach(pscom_con_t *con, shm_con_t *sc, const shm_blob_t *b, int want_cma)
+{
+    int err = shm_seg_attach(&sc->tx_seg, b->name, b->ring_size, b->nonce, b->pid);
+    if (err < 0) {
+        plog_dbg("%s: shm: cannot attach %s: %s", pscom_con_name(con), b->name, strerror(-err));
+        return -1;
+    }
+    shm_seg_unlink(&sc->tx_seg); /* both sides have it mapped now */
+    sc->peer_pid  = (pid_t)b->pid;
+    sc->cma_local = want_cma && shm_cma_probe(sc->peer_pid, b->probe_addr, b->nonce,
+                                              sizeof(b->nonce));
+    plog_dbg("%s: shm: attached %s, cross-memory attach %s", pscom_con_name(con), b->name,
+             sc->cma_local ? "works" : "not used");
+    return 0;
+}
+
+static void shm_con_abort(pscom_con_t *con)
+{
+    shm_con_t *sc = shm_con(con);
+    shm_seg_release(&sc->tx_seg);
+    shm_seg_release(&sc->rx_seg);
+}
+
+static int shm_con_offer(pscom_con_t *con, const pscom_precon_peer_t *peer, void *blob,
+                         size_t *len)
+{
+    shm_con_t *sc = shm_con(con);
+    if (!same_node(con, peer)) return -1;
+    return local_setup(con, sc, blob, len, shm_config.cma ? SHM_BLOB_CMA : 0);
+}
+
+static int shm_con_accept(pscom_con_t *con, const pscom_precon_peer_t *peer, const void *blob,
+                          size_t len, void *reply, size_t *reply_len)
+{
+    shm_con_t *sc = shm_con(con);
+    shm_blob_t b;
+    if (!same_node(con, peer) || blob_parse(con, blob, len, &b, 1) < 0) return -1;
+    if (peer_attach(con, sc, &b, shm_config.cma && (b.flags & SHM_BLOB_CMA)) < 0) return -1;
+    if (local_setup(con, sc, reply, reply_len, sc->cma_local ? SHM_BLOB_CMA : 0) < 0) {
+        shm_seg_release(&sc->tx_seg);
+        return -1;
+    }
+    return 0;
+}
+
+static int shm_con_connect(pscom_con_t *con, const void *reply, size_t len, void *confirm,
+                           size_t *confirm_len)
+{
+    shm_con_t *sc = shm_con(con);
+    shm_blob_t b;
+    if (blob_parse(con, reply, len, &b, 1) < 0) return -1;
+    /* the peer accepted: it has mapped and unlinked our segment */
+    shm_seg_unlink(&sc->rx_seg);
+    if (peer_attach(con, sc, &b, shm_config.cma && (b.flags & SHM_BLOB_CMA)) < 0) return -1;
+    sc->cma = sc->cma_local; /* implies the peer's probe of us worked */
+    shm_blob_t c = {
+        .magic   = SHM_BLOB_MAGIC,
+        .version = SHM_BLOB_VERSION,
+        .flags   = sc->cma_local ? SHM_BLOB_CMA : 0,
+    };
+    memcpy(confirm, &c, sizeof(c));
+    *confirm_len = sizeof(c);
+    return 0;
+}
+
+static int shm_con_confirm(pscom_con_t *con, const void *confirm, size_t len)
+{
+    shm_con_t *sc = shm_con(con);
+    shm_blob_t c;
+    if (blob_parse(con, confirm, len, &c, 0) < 0) return -1;
+    shm_seg_unlink(&sc->rx_seg); /* the peer unlinked it already */
+    sc->cma = sc->cma_local && (c.flags & SHM_BLOB_CMA);
+    return 0;
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+static int shm_send_ack(shm_con_t *sc)
+{
+    shm_pkt_t *pkt = shm_ring_reserve(&sc->tx, sizeof(shm_ack_t));
+    if (!pkt) return 0;
+    memcpy(shm_pkt_payload(pkt), &sc->ack, sizeof(shm_ack_t));
+    shm_ring_publish(&sc->tx, pkt, sizeof(shm_ack_t), SHM_PKT_ACK, 0);
+    sc->ack_pending = 0;
+    return 1;
+}
+
+/* Announce the oldest message for single copy. 0: ring full. */
+static int shm_send_rndv(shm_con_t *sc)
+{
+    size_t hlen    = sc->cur_head.iov_len;
+    shm_pkt_t *pkt = shm_ring_reserve(&sc->tx, (uint32_t)(hlen + sizeof(shm_rndv_t)));
+    if (!pkt) return 0;
+    char *dst      = shm_pkt_payload(pkt);
+    shm_rndv_t rd  = {.src = (uint64_t)(uintptr_t)sc->cur_data.iov_base,
+                      .len = sc->cur_data.iov_len};
+    memcpy(dst, sc->cur_head.iov_base, hlen);
+    memcpy(dst + hlen, &rd, sizeof(rd));
+    shm_ring_publish(&sc->tx, pkt, (uint32_t)(hlen + sizeof(rd)), SHM_PKT_RNDV, (uint32_t)hlen);
+    sc->cur_rndv = 1;
+    sc->cur_off  = hlen;
+    return 1;
+}
+
+/* Write what is queued into the ring until the queue is empty, the ring
+ * is full, or an RNDV message waits for its ACK. Re-entrant calls (from
+ * completions inside pscom_write_done) return at once: the outer loop
+ * picks their messages up. Returns 1 if it wrote anything. */
+static int shm_write(shm_con_t *sc)
+{
+    pscom_con_t *con = sc->con;
+    int progress     = 0;
+
+    if (sc->in_write) return 0;
+    sc->in_write   = 1;
+    sc->tx_blocked = 0;
+    for (;;) {
+        if (sc->ack_pending) {
+            if (!shm_send_ack(sc)) goto full;
+            progress = 1;
+        }
+        if (sc->cur_rndv) break; /* the ACK will call us again */
+        if (!sc->cur_active) {
+            if (!pscom_write_peek(con, 0, &sc->cur_head, &sc->cur_data)) break;
+            sc->cur_active = 1;
+            sc->cur_off    = 0;
+            size_t dlen    = sc->cur_data.iov_len;
+            if (sc->cma && dlen && dlen >= sc->rndv_size &&
+                sc->cur_head.iov_len + sizeof(shm_rndv_t) <= sc->chunk) {
+                if (!shm_send_rndv(sc)) {
+                    sc->cur_active = 0; /* not started: may still be cancelled */
+                    goto full;
+                }
+                progress = 1;
+                /* the head left: the send is started and no longer cancellable */
+                if (pscom_write_done(con, sc->cur_off) || sc->closed) break;
+                continue;
+            }
+        }
+        size_t hlen  = sc->cur_head.iov_len;
+        size_t total = hlen + sc->cur_data.iov_len;
+        size_t off   = sc->cur_off;
+        size_t n     = total - off < sc->chunk ? total - off : sc->chunk;
+
+        shm_pkt_t *pkt = shm_ring_reserve(&sc->tx, (uint32_t)n);
+        if (!pkt) {
+            if (!off) sc->cur_active = 0; /* not started: may still be cancelled */
+            goto full;
+        }
+        char *dst = shm_pkt_payload(pkt);
+        size_t hl = 0;
+        if (off < hlen) {
+            hl = hlen - off < n ? hlen - off : n;
+            memcpy(dst, (const char *)sc->cur_head.iov_base + off, hl);
+        }
+        if (n > hl)
+            memcpy(dst + hl, (const char *)sc->cur_data.iov_base + (off + hl - hlen), n - hl);
+        shm_ring_publish(&sc->tx, pkt, (uint32_t)n, SHM_PKT_DATA, (uint32_t)hl);
+        progress = 1;
+
+        /* Retire what left. A message of several packets is retired packet
+         * by packet, which also marks it started (no cancel after the first
+         * packet); it is never peeked again meanwhile. */
+        sc->cur_off += n;
+        if (sc->cur_off == total) sc->cur_active = 0;
+        if (pscom_write_done(con, n) || sc->closed) break;
+    }
+    sc->in_write = 0;
+    return progress;
+full:
+    sc->tx_blocked = 1; /* the poller goes on */
+    sc->in_write   = 0;
+    return progress;
+}
+
+static void shm_write_start(pscom_con_t *con)
+{
+    shm_con_t *sc = shm_con(con);
+    if (!sc->closed) shm_write(sc);
+}
+
+/* ---- receiving ----------------------------------------------------------- */
+
+static void shm_protocol_error(shm_con_t *sc, const char *what)
+{
+    plog_err("%s: shm: protocol error (%s); closing the connection", pscom_con_name(sc->con),
+             what);
+    sc->read_stopped = 1;
+    pscom_con_transport_error(sc->con, PSCOM_OP_READ, EPROTO);
+}
+
+/* The receiver is done with our RNDV message. Returns 1 to stop reading. */
+static int shm_recv_ack(shm_con_t *sc, const shm_ack_t *ack)
+{
+    pscom_con_t *con = sc->con;
+    size_t dlen      = sc->cur_data.iov_len;
+    if (!sc->cur_rndv || ack->done > dlen || (ack->status == SHM_ACK_OK && ack->done != dlen) ||
+        ack->status > SHM_ACK_PUSH) {
+        shm_protocol_error(sc, "unexpected ACK");
+        return 1;
+    }
+    sc->cur_rndv = 0;
+    if (ack->status == SHM_ACK_PUSH) {
+        /* the peer cannot read our memory: the rest goes through the ring */
+        plog_dbg("%s: shm: single copy refused after %llu bytes; using the ring",
+                 pscom_con_name(con), (unsigned long long)ack->done);
+        sc->cma = 0;
+    }
+    sc->cur_off += (size_t)ack->done;
+    if (sc->cur_off == sc->cur_head.iov_len + dlen) sc->cur_active = 0;
+    if (ack->done && pscom_write_done(con, (size_t)ack->done)) return 1;
+    if (sc->closed) return 1;
+    shm_write(sc);
+    return sc->closed;
+}
+
+/* Copy the data of the RNDV message being received, at most
+ * SHM_CMA_BUDGET bytes per call. The core says where the data goes
+ * (pscom_read_get_buf): for each such piece a job is opened in our segment
+ * and we and the sender copy its chunks (shm_cma.h). Returns -1 to stop
+ * reading, 0 while the message is incomplete, 1 when it is done. */
+static int shm_rndv_progress(shm_con_t *sc, int *progress)
+{
+    pscom_con_t *con = sc->con;
+    shm_job_t *job   = &shm_seg_hdr(&sc->rx_seg)->job;
+    size_t budget    = SHM_CMA_BUDGET;
+    int err;
+
+    while (sc->rr_done < sc->rr_len) {
+        if (!sc->rr_job) {
+            char *buf;
+            size_t n;
+            pscom_read_get_buf(con, &buf, &n);
+            if (n > sc->rr_len - sc->rr_done) n = (size_t)(sc->rr_len - sc->rr_done);
+            if (buf == sc->rr_prev) {
+                /* The same buffer twice is the core's scratch for the tail of
+                 * a truncated message, which it drops: nothing to fetch. */
+                sc->rr_done += n;
+                *progress = 1;
+                if (pscom_read_done(con, n) || sc->closed) return -1;
+                continue;
+            }
+            sc->rr_prev  = buf;
+            sc->rr_piece = n;
+            shm_job_open(job, (uint64_t)(uintptr_t)buf, sc->rr_src + sc->rr_done, n,
+                         shm_job_chunk_size(n));
+            sc->rr_job = 1;
+        }
+        if (budget) {
+            ssize_t r = shm_job_work(job, sc->peer_pid, 0, budget, 0, 0);
+            if (r < 0) {
+                err = (int)r;
+                goto failed;
+            }
+            if (r) *progress = 1;
+            budget = (size_t)r < budget ? budget - (size_t)r : 0;
+        }
+        int f = shm_job_finish(job, sc->peer_pid);
+        if (f < 0) {
+            err = f;
+            goto failed;
+        }
+        if (!f) return 0; /* chunks left for the next poll, or the sender copies */
+        sc->rr_job = 0;
+        sc->rr_done += sc->rr_piece;
+        *progress = 1;
+        if (pscom_read_done(con, sc->rr_piece) || sc->closed) return -1;
+    }
+    sc->rr_active   = 0;
+    sc->ack.done    = sc->rr_done;
+    sc->ack.status  = SHM_ACK_OK;
+    sc->ack_pending = 1;
+    shm_write(sc);
+    return sc->closed ? -1 : 1;
+
+failed:
+    shm_job_close(job);
+    sc->rr_job    = 0;
+    sc->rr_active = 0;
+    if (err == -ESRCH) { /* the sender is gone */
+        pscom_con_transport_error(con, PSCOM_OP_READ, ESRCH);
+        return -1;
+    }
+    plog_dbg("%s: shm: process_vm_readv failed (%s); asking for the data through the ring",
+             pscom_con_name(con), strerror(-err));
+    sc->cma_local = 0;
+    /* What the sender may still write into the buffer meanwhile are the
+     * same bytes: harmless. It stops before it pushes the rest. */
+    sc->ack.done    = sc->rr_done;
+    sc->ack.status  = SHM_ACK_PUSH;
+    sc->ack_pending = 1;
+    shm_write(sc);
+    return sc->closed ? -1 : 1;
+}
+
+/* An RNDV packet: the head is at p (hl bytes), then shm_rndv_t. Hand the
+ * head to the core, then copy the data. Returns as shm_rndv_progress(). */
+static int shm_recv_rndv(shm_con_t *sc, shm_pkt_t *pkt, const char *p, uint32_t hl,
+                         int *progress)
+{
+    pscom_con_t *con = sc->con;
+    shm_rndv_t rd;
+    size_t xlen, wire_dlen;
+
+    if (pkt->len != hl + sizeof(rd) || hl < 8) goto bad;
+    memcpy(&rd, p + hl, sizeof(rd));
+    pscom_wire_header_get(p, &xlen, &wire_dlen);
+    if (hl != 8 + xlen || wire_dlen != rd.len || !rd.len) goto bad;
+
+    if (pscom_read_feed(con, p, hl) || sc->closed) return -1;
+    shm_ring_consume(&sc->rx, pkt);
+    sc->rr_active = 1;
+    sc->rr_job    = 0;
+    sc->rr_src    = rd.src;
+    sc->rr_len    = rd.len;
+    sc->rr_done   = 0;
+    sc->rr_prev   = NULL;
+    if (!sc->cma_local) {
+        sc->rr_active   = 0;
+        sc->ack.done    = 0;
+        sc->ack.status  = SHM_ACK_PUSH;
+        sc->ack_pending = 1;
+        shm_write(sc);
+        return sc->closed ? -1 : 1;
+    }
+    return shm_rndv_progress(sc, progress);
+bad:
+    shm_protocol_error(sc, "bad RNDV packet");
+    return -1;
+}
+
+/* Hand the packets that arrived to the core. Returns 1 if it made progress. */
+static int shm_read(shm_con_t *sc)
+{
+    pscom_con_t *con = sc->con;
+    int progress     = 0;
+    int stop         = 0;
+
+    if (sc->in_read || sc->read_stopped) return 0;
+    sc->in_read = 1;
+    if (sc->rr_active) {
+        int r = shm_rndv_progress(sc, &progress);
+        if (r < 0) stop = 1;
+        if (r <= 0) goto out; /* nothing else may pass the message */
+    }
+    for (int i = 0; i < SHM_READ_MAX; i++) {
+        shm_pkt_t *pkt = shm_ring_peek(&sc->rx);
+        if (!pkt) break;
+        progress      = 1;
+        const char *p = shm_pkt_payload(pkt);
+        uint32_t len  = pkt->len;
+        uint32_t hl   = shm_pkt_head_len(pkt);
+        if (pscom_unlikely(hl > len || shm_pkt_size(len) > sc->rx.mask / 2 + 1)) {
+            shm_protocol_error(sc, "bad packet length");
+            stop = 1;
+        } else if (pscom_likely(shm_pkt_type(pkt) == SHM_PKT_DATA)) {
+            if (len <= SHM_FEED_ONCE || !hl) {
+                stop = pscom_read_feed(con, p, len);
+            } else {
+                /* the head alone, so that the data goes straight to the receive buffer */
+                stop = pscom_read_feed(con, p, hl);
+                if (!stop && !sc->closed) stop = pscom_read_feed(con, p + hl, len - hl);
+            }
+            if (!stop && !sc->closed) shm_ring_consume(&sc->rx, pkt);
+        } else if (shm_pkt_type(pkt) == SHM_PKT_RNDV) {
+            int r = shm_recv_rndv(sc, pkt, p, hl, &progress);
+            if (r < 0) stop = 1;
+            if (r <= 0) break;
+        } else if (shm_pkt_type(pkt) == SHM_PKT_ACK && len == sizeof(shm_ack_t)) {
+            shm_ack_t ack;
+            memcpy(&ack, p, sizeof(ack));
+            shm_ring_consume(&sc->rx, pkt);
+            stop = shm_recv_ack(sc, &ack);
+        } else {
+            shm_protocol_error(sc, "unknown packet type");
+            stop = 1;
+        }
+        if (stop || sc->closed) break;
+    }
+out:
+    if (stop) sc->read_stopped = 1;
+    sc->in_read = 0;
+    return progress;
+}
+
+/* While our RNDV message waits for its ACK: copy chunks of it into the
+ * receiver, which has opened a job for it in its segment. */
+static int shm_help(shm_con_t *sc)
+{
+    shm_job_t *job = &shm_seg_hdr(&sc->tx_seg)->job;
+    uint64_t lo    = (uint64_t)(uintptr_t)sc->cur_data.iov_base;
+    ssize_t r      = shm_job_work(job, sc->peer_pid, 1, SHM_CMA_BUDGET, lo,
+                                  lo + sc->cur_data.iov_len);
+    if (r < 0) {
+        plog_dbg("%s: shm: process_vm_writev failed (%s); leaving the copy to the receiver",
+                 pscom_con_name(sc->con), strerror((int)-r));
+        sc->help = 0;
+        return 1;
+    }
+    return r > 0;
+}
+
+static int shm_poll(pscom_poller_t *poller)
+{
+    shm_con_t *sc = pscom_container_of(poller, shm_con_t, poller);
+    int progress  = shm_read(sc);
+    if (sc->closed) return progress;
+    if (sc->tx_blocked) progress |= shm_write(sc);
+    if (sc->cur_rndv && sc->help && !sc->closed) progress |= shm_help(sc);
+    return progress;
+}
+
+/* The handshake socket became readable: the peer is gone (EOF or error). */
+static void shm_fd_handler(pscom_ufd_t *ufd, uint32_t revents)
+{
+    shm_con_t *sc = ufd->priv;
+    char c;
+    ssize_t r = recv(ufd->fd, &c, 1, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    int err = r < 0 ? errno : r > 0 ? EPROTO : 0;
+
+    /* a peer that closed properly left its EOF message in the ring */
+    while (!sc->closed && shm_read(sc)) {
+    }
+    if (sc->closed) return;
+    plog_dbg("%s: shm: peer %s", pscom_con_name(sc->con),
+             r == 0 ? "closed its end" : r > 0 ? "sent unexpected bytes" : strerror(err));
+    pscom_con_transport_error(sc->con, PSCOM_OP_READ, err);
+}
+
+/* ---- life cycle ----------------------------------------------------------- */
+
+static int shm_con_start(pscom_con_t *con, int *fd)
+{
+    shm_con_t *sc = shm_con(con);
+    sc->con       = con;
+
+    shm_seg_hdr_t *rh = shm_seg_hdr(&sc->rx_seg);
+    sc->rx.ring       = shm_seg_ring(&sc->rx_seg);
+    sc->rx.consumed   = &rh->consumed;
+    sc->rx.mask       = rh->ring_size - 1;
+    sc->rx.pos        = 0;
+
+    shm_seg_hdr_t *th = shm_seg_hdr(&sc->tx_seg);
+    sc->tx.ring       = shm_seg_ring(&sc->tx_seg);
+    sc->tx.consumed   = &th->consumed;
+    sc->tx.mask       = th->ring_size - 1;
+    sc->tx.pos        = 0;
+    sc->tx.seen       = 0;
+    uint32_t maxp     = shm_ring_max_payload(th->ring_size);
+    sc->chunk         = shm_config.chunk < maxp ? shm_config.chunk : maxp;
+
+    sc->ufd.fd      = *fd;
+    sc->ufd.events  = EPOLLIN;
+    sc->ufd.handler = shm_fd_handler;
+    sc->ufd.priv    = sc;
+    if (pscom_ufd_add(&sc->ufd) < 0) {
+        sc->ufd.fd = -1;
+        shm_con_abort(con);
+        return -1;
+    }
+    *fd = -1; /* ours now */
+
+    sc->help      = sc->cma;
+    sc->rndv_size = shm_config.rendezvous >= PSCOM_ENV_UINT_INF ? SIZE_MAX : shm_config.rendezvous;
+    /* large messages are ours (single copy or the pipelined ring) */
+    pscom_con_set_rendezvous_size(con, SIZE_MAX);
+    sc->poller.poll = shm_poll;
+    pscom_poller_add(&sc->poller);
+    plog_dbg("%s: shm: started (rings %llu/%llu bytes, chunk %u, %s)", pscom_con_name(con),
+             (unsigned long long)(sc->rx.mask + 1), (unsigned long long)(sc->tx.mask + 1),
+             sc->chunk, sc->cma ? "single copy" : "no single copy");
+    return 0;
+}
+
+static void shm_close(pscom_con_t *con)
+{
+    shm_con_t *sc = shm_con(con);
+    if (sc->closed || !sc->con) return; /* closed, or never started */
+    sc->closed = 1;
+    pscom_poller_del(&sc->poller);
+    if (sc->ufd.fd >= 0) {
+        pscom_ufd_del(&sc->ufd);
+        close(sc->ufd.fd);
+        sc->ufd.fd = -1;
+    }
+    shm_seg_release(&sc->rx_seg);
+    shm_seg_release(&sc->tx_seg);
+}
+
+static const pscom_plugin_ops_t shm_ops = {
+    .init        = shm_init,
+    .con_offer   = shm_con_offer,
+    .con_accept  = shm_con_accept,
+    .con_connect = shm_con_connect,
+    .con_confirm = shm_con_confirm,
+    .con_start   = shm_con_start,
+    .con_abort   = shm_con_abort,
+    .write_start = shm_write_start,
+    .close       = shm_close,
+};
+
+PSCOM_PLUGIN_DEFINE(shm) = {
+    .abi_version   = PSCOM_PLUGIN_ABI_VERSION,
+    .desc_size     = sizeof(pscom_plugin_desc_t),
+    .name          = "shm",
+    .con_type      = PSCOM_CON_TYPE_SHM,
+    .priority      = 90,
+    .user_priority = 1,
+    /* No CAP_RMA_READ/WRITE: the core would then let RMA gets and puts
+     * bypass the target's checks (deregistered windows, put lengths). */
+    .caps          = PSCOM_PLUGIN_CAP_SAME_NODE,
+    .con_priv_size = sizeof(shm_con_t),
+    .ops           = &shm_ops,
+};

@@ -1,0 +1,167 @@
+/*
+ * shm_cma.c - cross-memory attach (see shm_cma.h).
+ */
+#define _GNU_SOURCE
+#include "shm_cma.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/uio.h>
+
+/* Partial transfers happen (a fault in the middle); go on from there. */
+static int cma_copy(pid_t pid, char *local, uint64_t remote, size_t len, int write)
+{
+    while (len) {
+        struct iovec l = {.iov_base = local, .iov_len = len};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)remote, .iov_len = len};
+        ssize_t n      = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                               : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (n == 0) return -EFAULT;
+        local += n;
+        remote += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int shm_cma_read(pid_t pid, void *dst, uint64_t src, size_t len)
+{
+    return cma_copy(pid, dst, src, len, 0);
+}
+
+int shm_cma_write(pid_t pid, const void *src, uint64_t dst, size_t len)
+{
+    return cma_copy(pid, (char *)src, dst, len, 1);
+}
+
+int shm_cma_probe(pid_t pid, uint64_t addr, const void *expect, size_t len)
+{
+    unsigned char buf[64];
+    if (len > sizeof(buf) || !addr || pid <= 0) return 0;
+    if (shm_cma_read(pid, buf, addr, len) < 0) return 0;
+    return memcmp(buf, expect, len) == 0;
+}
+
+/* ---- copy jobs ----------------------------------------------------------- */
+
+#define IDX_MASK  ((uint64_t)SHM_JOB_MAX_CHUNKS)
+#define GEN_SHIFT (2 * SHM_JOB_IDX_BITS)
+
+static uint64_t claim_word(uint64_t gen, uint64_t n, uint64_t idx)
+{
+    return gen << GEN_SHIFT | n << SHM_JOB_IDX_BITS | idx;
+}
+
+uint64_t shm_job_chunk_size(uint64_t len)
+{
+    uint64_t c = len / 8;
+    if (c < (64u << 10)) c = 64u << 10;
+    if (c > (512u << 10)) c = 512u << 10;
+    if (len / c >= SHM_JOB_MAX_CHUNKS) c = len / (SHM_JOB_MAX_CHUNKS - 1) + 1;
+    return (c + 4095) & ~(uint64_t)4095;
+}
+
+void shm_job_open(shm_job_t *job, uint64_t dst, uint64_t src, uint64_t len, uint64_t chunk)
+{
+    uint64_t old = atomic_load_explicit(&job->claim, memory_order_relaxed);
+    uint64_t gen = ((old >> GEN_SHIFT) + 1) & 0xffffff;
+    uint64_t n   = (len + chunk - 1) / chunk;
+    atomic_store_explicit(&job->dst, dst, memory_order_relaxed);
+    atomic_store_explicit(&job->src, src, memory_order_relaxed);
+    atomic_store_explicit(&job->len, len, memory_order_relaxed);
+    atomic_store_explicit(&job->chunk, chunk, memory_order_relaxed);
+    atomic_store_explicit(&job->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&job->redo, 0, memory_order_relaxed);
+    atomic_store_explicit(&job->claim, claim_word(gen, n, 0), memory_order_release);
+}
+
+/* Claim the next chunk: its index, or -1 if none is left. */
+static int64_t job_claim(shm_job_t *job)
+{
+    uint64_t c = atomic_load_explicit(&job->claim, memory_order_acquire);
+    for (;;) {
+        uint64_t n   = (c >> SHM_JOB_IDX_BITS) & IDX_MASK;
+        uint64_t idx = c & IDX_MASK;
+        if (idx >= n) return -1;
+        if (atomic_compare_exchange_weak_explicit(&job->claim, &c, c + 1, memory_order_acquire,
+                                                  memory_order_acquire))
+            return (int64_t)idx;
+    }
+}
+
+static void chunk_range(shm_job_t *job, uint64_t idx, uint64_t *off, uint64_t *len)
+{
+    uint64_t chunk = atomic_load_explicit(&job->chunk, memory_order_relaxed);
+    uint64_t total = atomic_load_explicit(&job->len, memory_order_relaxed);
+    *off           = idx * chunk;
+    *len           = total - *off < chunk ? total - *off : chunk;
+}
+
+ssize_t shm_job_work(shm_job_t *job, pid_t peer, int helper, size_t budget, uint64_t lo,
+                     uint64_t hi)
+{
+    size_t copied = 0;
+    while (copied < budget) {
+        int64_t idx = job_claim(job);
+        if (idx < 0) break;
+        uint64_t off, len;
+        chunk_range(job, (uint64_t)idx, &off, &len);
+        uint64_t dst = atomic_load_explicit(&job->dst, memory_order_relaxed) + off;
+        uint64_t src = atomic_load_explicit(&job->src, memory_order_relaxed) + off;
+        int err;
+        if (helper) {
+            if (src < lo || src > hi || len > hi - src) {
+                err = -EFAULT; /* not the message we announced */
+            } else {
+                err = shm_cma_write(peer, (const void *)(uintptr_t)src, dst, len);
+            }
+            if (err) {
+                atomic_store_explicit(&job->redo, (uint64_t)idx + 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
+                return err;
+            }
+        } else {
+            err = shm_cma_read(peer, (void *)(uintptr_t)dst, src, len);
+            if (err) return err;
+        }
+        atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
+        copied += len;
+    }
+    return (ssize_t)copied;
+}
+
+int shm_job_finish(shm_job_t *job, pid_t peer)
+{
+    uint64_t c = atomic_load_explicit(&job->claim, memory_order_relaxed);
+    uint64_t n = (c >> SHM_JOB_IDX_BITS) & IDX_MASK;
+    if (atomic_load_explicit(&job->done, memory_order_acquire) < n) return 0;
+    uint64_t redo = atomic_load_explicit(&job->redo, memory_order_relaxed);
+    if (redo) {
+        uint64_t off, len;
+        chunk_range(job, redo - 1, &off, &len);
+        int err = shm_cma_read(peer,
+                               (void *)(uintptr_t)(atomic_load_explicit(&job->dst,
+                                                                        memory_order_relaxed) +
+                                                   off),
+                               atomic_load_explicit(&job->src, memory_order_relaxed) + off, len);
+        if (err) return err;
+        atomic_store_explicit(&job->redo, 0, memory_order_relaxed);
+    }
+    return 1;
+}
+
+void shm_job_close(shm_job_t *job)
+{
+    uint64_t c = atomic_load_explicit(&job->claim, memory_order_relaxed);
+    uint64_t n = (c >> SHM_JOB_IDX_BITS) & IDX_MASK;
+    /* no more claims; chunks in flight finish on their own */
+    while (!atomic_compare_exchange_weak_explicit(&job->claim, &c,
+                                                  (c & ~IDX_MASK) | n, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+        n = (c >> SHM_JOB_IDX_BITS) & IDX_MASK;
+    }
+}

@@ -1,0 +1,85 @@
+/*
+ * shm_cma.h - cross-memory attach (process_vm_readv/process_vm_writev):
+ * copy straight between our memory and the peer process's memory, one
+ * copy and no staging through the ring.
+ *
+ * Whether it works between two processes (same user, ptrace policy, pid
+ * namespaces) is probed once per connection during the handshake: we read
+ * a nonce from the peer's memory at an address it announced and compare.
+ * A pid that names a different process (other pid namespace) fails the
+ * comparison, so we never copy from a stranger.
+ *
+ * Copy jobs: the receiver of a large message copies it from the sender's
+ * buffer in chunks, and the sender, which has nothing else to do while it
+ * waits, copies chunks of the same message into the receiver's buffer from
+ * its side. The two claim chunks from a job descriptor in the receiver's
+ * segment (shm_job_t); whoever is not there simply leaves all chunks to the
+ * other, so nobody ever waits for a process that is not progressing
+ * (except for a chunk the peer has claimed and is copying right now).
+ *
+ *   claim word = generation (24 bits) | chunk count (20) | next chunk (20),
+ *   changed only by compare-and-swap. The receiver writes the parameters
+ *   of a job, then publishes a new generation (release); a successful
+ *   claim (acquire) thus sees the parameters of its generation, and those
+ *   stay put until every claimed chunk is done.
+ */
+#ifndef SHM_CMA_H
+#define SHM_CMA_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* 1 if len bytes at remote address addr in process pid equal expect. */
+int shm_cma_probe(pid_t pid, uint64_t addr, const void *expect, size_t len);
+
+/* Copy len bytes from the peer's address src into dst. 0 or -errno. */
+int shm_cma_read(pid_t pid, void *dst, uint64_t src, size_t len);
+
+/* Copy len bytes from src into the peer's address dst. 0 or -errno. */
+int shm_cma_write(pid_t pid, const void *src, uint64_t dst, size_t len);
+
+/* ---- copy jobs ----------------------------------------------------------- */
+
+#define SHM_JOB_IDX_BITS 20
+#define SHM_JOB_MAX_CHUNKS ((1u << SHM_JOB_IDX_BITS) - 1)
+
+typedef struct shm_job {
+    /* parameters of the current generation (written by the receiver) */
+    _Alignas(64) _Atomic uint64_t dst; /* receiver's address of chunk 0 */
+    _Atomic uint64_t src;              /* sender's address of chunk 0 */
+    _Atomic uint64_t len;              /* bytes in all */
+    _Atomic uint64_t chunk;            /* bytes per chunk (the last may be short) */
+    /* claims and completions */
+    _Alignas(64) _Atomic uint64_t claim; /* see above; 0: no job yet */
+    _Atomic uint64_t done;               /* chunks finished, by either side */
+    _Atomic uint64_t redo;               /* 1 + a chunk the sender failed to copy */
+} shm_job_t;
+
+/* Receiver: publish a job (the previous one must be finished). */
+void shm_job_open(shm_job_t *job, uint64_t dst, uint64_t src, uint64_t len, uint64_t chunk);
+
+/* Claim and copy chunks until none is left or about budget bytes are
+ * copied. The receiver (helper = 0) reads from the sender; the sender
+ * (helper = 1) writes into the receiver and only copies from within
+ * [lo, hi) of its own memory (the message it announced). Returns the
+ * bytes copied (>= 0), or -errno: the receiver then stops (the chunk is
+ * not counted done); a helper gives its chunk back through `redo`. */
+ssize_t shm_job_work(shm_job_t *job, pid_t peer, int helper, size_t budget, uint64_t lo,
+                     uint64_t hi);
+
+/* Receiver: are all chunks done? A chunk the sender gave back is copied
+ * here first. Returns 1 when finished, 0 while the sender still copies,
+ * -errno if copying the returned chunk failed. */
+int shm_job_finish(shm_job_t *job, pid_t peer);
+
+/* Receiver: take back the chunks nobody has claimed yet (after a failed
+ * copy). */
+void shm_job_close(shm_job_t *job);
+
+/* Chunk size for a job of len bytes: a handful of chunks per job, so that
+ * both sides get work, but large enough to keep the system calls rare. */
+uint64_t shm_job_chunk_size(uint64_t len);
+
+#endif /* SHM_CMA_H */
