@@ -23,7 +23,11 @@
  *   ring. Where cross-memory attach is refused (different users, ptrace
  *   policy, pid namespaces; found out once per connection in the
  *   handshake) or PSP_SHM_CMA=0, every message takes the pipelined ring.
- *   The core's own rendezvous is switched off on shm connections.
+ *
+ *   This is the plugin's rendezvous; the core's (RTS, matching, then the
+ *   data; unexpected messages are not buffered) is independent and chosen
+ *   by PSP_RENDEZVOUS (default inf) as for every transport. When it is on,
+ *   the data message it sends after the match takes the single copy too.
  *
  * Handshake (over the TCP pre-connection, never blocking)
  *   connect side  offer:   create my receive segment; blob {pid, nonce,
@@ -145,11 +149,9 @@ typedef struct shm_con {
     int in_read;
     int read_stopped;  /* the core stopped reading (EOF, protocol error) */
     int rr_active;     /* an RNDV message is being copied */
-    int rr_job;        /* ... its current piece is a job in our segment */
     uint64_t rr_src;   /* sender's address of the data */
     uint64_t rr_len;   /* data bytes */
     uint64_t rr_done;  /* ... handed to the core */
-    size_t rr_piece;   /* bytes of the job's piece */
     char *rr_prev;     /* the previous piece's buffer */
 
     /* sending: the oldest queued message may be partly in the ring */
@@ -473,10 +475,20 @@ static int shm_recv_ack(shm_con_t *sc, const shm_ack_t *ack)
     return sc->closed;
 }
 
+/* Is the peer process still there? (Its end of the handshake socket
+ * closes when it exits, after its memory is gone.) */
+static int shm_peer_alive(void *arg)
+{
+    shm_con_t *sc = arg;
+    char c;
+    ssize_t r = recv(sc->ufd.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+}
+
 /* Copy the data of the RNDV message being received, at most
- * SHM_CMA_BUDGET bytes per call. The core says where the data goes
- * (pscom_read_get_buf): for each such piece a job is opened in our segment
- * and we and the sender copy its chunks (shm_cma.h). Returns -1 to stop
+ * SHM_CMA_BUDGET bytes per call, to wherever the core wants it
+ * (pscom_read_get_buf): the matched receive buffer, or the buffer of an
+ * unexpected message. The sender helps (shm_job_run). Returns -1 to stop
  * reading, 0 while the message is incomplete, 1 when it is done. */
 static int shm_rndv_progress(shm_con_t *sc, int *progress)
 {
@@ -486,44 +498,23 @@ static int shm_rndv_progress(shm_con_t *sc, int *progress)
     int err;
 
     while (sc->rr_done < sc->rr_len) {
-        if (!sc->rr_job) {
-            char *buf;
-            size_t n;
-            pscom_read_get_buf(con, &buf, &n);
-            if (n > sc->rr_len - sc->rr_done) n = (size_t)(sc->rr_len - sc->rr_done);
-            if (buf == sc->rr_prev) {
-                /* The same buffer twice is the core's scratch for the tail of
-                 * a truncated message, which it drops: nothing to fetch. */
-                sc->rr_done += n;
-                *progress = 1;
-                if (pscom_read_done(con, n) || sc->closed) return -1;
-                continue;
-            }
-            sc->rr_prev  = buf;
-            sc->rr_piece = n;
-            shm_job_open(job, (uint64_t)(uintptr_t)buf, sc->rr_src + sc->rr_done, n,
-                         shm_job_chunk_size(n));
-            sc->rr_job = 1;
-        }
-        if (budget) {
-            ssize_t r = shm_job_work(job, sc->peer_pid, 0, budget, 0, 0);
-            if (r < 0) {
-                err = (int)r;
-                goto failed;
-            }
-            if (r) *progress = 1;
-            budget = (size_t)r < budget ? budget - (size_t)r : 0;
-        }
-        int f = shm_job_finish(job, sc->peer_pid);
-        if (f < 0) {
-            err = f;
-            goto failed;
-        }
-        if (!f) return 0; /* chunks left for the next poll, or the sender copies */
-        sc->rr_job = 0;
-        sc->rr_done += sc->rr_piece;
+        char *buf;
+        size_t n;
+        pscom_read_get_buf(con, &buf, &n);
+        if (n > sc->rr_len - sc->rr_done) n = (size_t)(sc->rr_len - sc->rr_done);
+        if (buf != sc->rr_prev) {
+            if (!budget) return 0; /* more in the next poll */
+            if (n > budget) n = budget;
+            err = shm_job_run(job, sc->peer_pid, buf, sc->rr_src + sc->rr_done, n,
+                              shm_peer_alive, sc);
+            if (err) goto failed;
+            budget -= n;
+        } /* else: the same buffer twice is the core's scratch for the tail of a
+           * truncated message, which it drops: nothing to fetch */
+        sc->rr_prev = buf;
+        sc->rr_done += n;
         *progress = 1;
-        if (pscom_read_done(con, sc->rr_piece) || sc->closed) return -1;
+        if (pscom_read_done(con, n) || sc->closed) return -1;
     }
     sc->rr_active   = 0;
     sc->ack.done    = sc->rr_done;
@@ -533,8 +524,6 @@ static int shm_rndv_progress(shm_con_t *sc, int *progress)
     return sc->closed ? -1 : 1;
 
 failed:
-    shm_job_close(job);
-    sc->rr_job    = 0;
     sc->rr_active = 0;
     if (err == -ESRCH) { /* the sender is gone */
         pscom_con_transport_error(con, PSCOM_OP_READ, ESRCH);
@@ -542,9 +531,7 @@ failed:
     }
     plog_dbg("%s: shm: process_vm_readv failed (%s); asking for the data through the ring",
              pscom_con_name(con), strerror(-err));
-    sc->cma_local = 0;
-    /* What the sender may still write into the buffer meanwhile are the
-     * same bytes: harmless. It stops before it pushes the rest. */
+    sc->cma_local   = 0;
     sc->ack.done    = sc->rr_done;
     sc->ack.status  = SHM_ACK_PUSH;
     sc->ack_pending = 1;
@@ -569,7 +556,6 @@ static int shm_recv_rndv(shm_con_t *sc, shm_pkt_t *pkt, const char *p, uint32_t 
     if (pscom_read_feed(con, p, hl) || sc->closed) return -1;
     shm_ring_consume(&sc->rx, pkt);
     sc->rr_active = 1;
-    sc->rr_job    = 0;
     sc->rr_src    = rd.src;
     sc->rr_len    = rd.len;
     sc->rr_done   = 0;
@@ -648,8 +634,7 @@ static int shm_help(shm_con_t *sc)
 {
     shm_job_t *job = &shm_seg_hdr(&sc->tx_seg)->job;
     uint64_t lo    = (uint64_t)(uintptr_t)sc->cur_data.iov_base;
-    ssize_t r      = shm_job_work(job, sc->peer_pid, 1, SHM_CMA_BUDGET, lo,
-                                  lo + sc->cur_data.iov_len);
+    ssize_t r      = shm_job_help(job, sc->peer_pid, SHM_CMA_BUDGET, lo, lo + sc->cur_data.iov_len);
     if (r < 0) {
         plog_dbg("%s: shm: process_vm_writev failed (%s); leaving the copy to the receiver",
                  pscom_con_name(sc->con), strerror((int)-r));
@@ -721,9 +706,10 @@ static int shm_con_start(pscom_con_t *con, int *fd)
     *fd = -1; /* ours now */
 
     sc->help      = sc->cma;
+    /* The core's rendezvous (matching before the transfer) stays as
+     * PSP_RENDEZVOUS says; the data of any large message on the wire, its
+     * RENDEZVOUS_DATA included, takes our single copy. */
     sc->rndv_size = shm_config.rendezvous >= PSCOM_ENV_UINT_INF ? SIZE_MAX : shm_config.rendezvous;
-    /* large messages are ours (single copy or the pipelined ring) */
-    pscom_con_set_rendezvous_size(con, SIZE_MAX);
     sc->poller.poll = shm_poll;
     pscom_poller_add(&sc->poller);
     plog_dbg("%s: shm: started (rings %llu/%llu bytes, chunk %u, %s)", pscom_con_name(con),

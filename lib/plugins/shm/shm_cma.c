@@ -48,8 +48,17 @@ int shm_cma_probe(pid_t pid, uint64_t addr, const void *expect, size_t len)
 
 /* ---- copy jobs ----------------------------------------------------------- */
 
+#include <sched.h>
+
 #define IDX_MASK  ((uint64_t)SHM_JOB_MAX_CHUNKS)
 #define GEN_SHIFT (2 * SHM_JOB_IDX_BITS)
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static uint64_t claim_word(uint64_t gen, uint64_t n, uint64_t idx)
 {
@@ -59,13 +68,13 @@ static uint64_t claim_word(uint64_t gen, uint64_t n, uint64_t idx)
 uint64_t shm_job_chunk_size(uint64_t len)
 {
     uint64_t c = len / 8;
-    if (c < (64u << 10)) c = 64u << 10;
-    if (c > (512u << 10)) c = 512u << 10;
+    if (c < SHM_JOB_CHUNK_MIN) c = SHM_JOB_CHUNK_MIN;
     if (len / c >= SHM_JOB_MAX_CHUNKS) c = len / (SHM_JOB_MAX_CHUNKS - 1) + 1;
     return (c + 4095) & ~(uint64_t)4095;
 }
 
-void shm_job_open(shm_job_t *job, uint64_t dst, uint64_t src, uint64_t len, uint64_t chunk)
+static uint64_t job_open(shm_job_t *job, uint64_t dst, uint64_t src, uint64_t len,
+                         uint64_t chunk)
 {
     uint64_t old = atomic_load_explicit(&job->claim, memory_order_relaxed);
     uint64_t gen = ((old >> GEN_SHIFT) + 1) & 0xffffff;
@@ -77,6 +86,7 @@ void shm_job_open(shm_job_t *job, uint64_t dst, uint64_t src, uint64_t len, uint
     atomic_store_explicit(&job->done, 0, memory_order_relaxed);
     atomic_store_explicit(&job->redo, 0, memory_order_relaxed);
     atomic_store_explicit(&job->claim, claim_word(gen, n, 0), memory_order_release);
+    return n;
 }
 
 /* Claim the next chunk: its index, or -1 if none is left. */
@@ -93,6 +103,20 @@ static int64_t job_claim(shm_job_t *job)
     }
 }
 
+/* No more claims. Returns how many chunks were claimed. */
+static uint64_t job_close(shm_job_t *job)
+{
+    uint64_t c = atomic_load_explicit(&job->claim, memory_order_relaxed);
+    for (;;) {
+        uint64_t n   = (c >> SHM_JOB_IDX_BITS) & IDX_MASK;
+        uint64_t idx = c & IDX_MASK;
+        if (idx >= n) return n;
+        if (atomic_compare_exchange_weak_explicit(&job->claim, &c, (c & ~IDX_MASK) | n,
+                                                  memory_order_relaxed, memory_order_relaxed))
+            return idx;
+    }
+}
+
 static void chunk_range(shm_job_t *job, uint64_t idx, uint64_t *off, uint64_t *len)
 {
     uint64_t chunk = atomic_load_explicit(&job->chunk, memory_order_relaxed);
@@ -101,8 +125,7 @@ static void chunk_range(shm_job_t *job, uint64_t idx, uint64_t *off, uint64_t *l
     *len           = total - *off < chunk ? total - *off : chunk;
 }
 
-ssize_t shm_job_work(shm_job_t *job, pid_t peer, int helper, size_t budget, uint64_t lo,
-                     uint64_t hi)
+ssize_t shm_job_help(shm_job_t *job, pid_t peer, size_t budget, uint64_t lo, uint64_t hi)
 {
     size_t copied = 0;
     while (copied < budget) {
@@ -112,21 +135,14 @@ ssize_t shm_job_work(shm_job_t *job, pid_t peer, int helper, size_t budget, uint
         chunk_range(job, (uint64_t)idx, &off, &len);
         uint64_t dst = atomic_load_explicit(&job->dst, memory_order_relaxed) + off;
         uint64_t src = atomic_load_explicit(&job->src, memory_order_relaxed) + off;
-        int err;
-        if (helper) {
-            if (src < lo || src > hi || len > hi - src) {
-                err = -EFAULT; /* not the message we announced */
-            } else {
-                err = shm_cma_write(peer, (const void *)(uintptr_t)src, dst, len);
-            }
-            if (err) {
-                atomic_store_explicit(&job->redo, (uint64_t)idx + 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
-                return err;
-            }
-        } else {
-            err = shm_cma_read(peer, (void *)(uintptr_t)dst, src, len);
-            if (err) return err;
+        int err      = -EFAULT; /* unless it is the message we announced */
+        if (src >= lo && src <= hi && len <= hi - src)
+            err = shm_cma_write(peer, (const void *)(uintptr_t)src, dst, len);
+        if (err) {
+            /* give it back: the receiver copies it */
+            atomic_store_explicit(&job->redo, (uint64_t)idx + 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
+            return err;
         }
         atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
         copied += len;
@@ -134,34 +150,41 @@ ssize_t shm_job_work(shm_job_t *job, pid_t peer, int helper, size_t budget, uint
     return (ssize_t)copied;
 }
 
-int shm_job_finish(shm_job_t *job, pid_t peer)
+int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
+                int (*alive)(void *arg), void *arg)
 {
-    uint64_t c = atomic_load_explicit(&job->claim, memory_order_relaxed);
-    uint64_t n = (c >> SHM_JOB_IDX_BITS) & IDX_MASK;
-    if (atomic_load_explicit(&job->done, memory_order_acquire) < n) return 0;
+    uint64_t chunk = shm_job_chunk_size(len);
+    if (len <= chunk) return shm_cma_read(peer, dst, src, len); /* nothing to share */
+
+    uint64_t n = job_open(job, (uint64_t)(uintptr_t)dst, src, len, chunk);
+    uint64_t mine_failed = 0;
+    int err              = 0;
+    int64_t idx;
+    while ((idx = job_claim(job)) >= 0) {
+        uint64_t off, clen;
+        chunk_range(job, (uint64_t)idx, &off, &clen);
+        err = shm_cma_read(peer, (char *)dst + off, src + off, clen);
+        if (err) {
+            mine_failed = 1;
+            n           = job_close(job);
+            break;
+        }
+        atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
+    }
+    /* Wait for the chunks the peer is copying: after we return it must not
+     * write into dst any more (the core may hand the buffer elsewhere). */
+    for (unsigned spins = 1;
+         atomic_load_explicit(&job->done, memory_order_acquire) + mine_failed < n; spins++) {
+        cpu_relax();
+        if (!(spins % 256)) sched_yield(); /* it may need our cpu */
+        if (!(spins % 4096) && !alive(arg)) return -ESRCH; /* it is gone: nobody writes */
+    }
+    if (err) return err;
     uint64_t redo = atomic_load_explicit(&job->redo, memory_order_relaxed);
     if (redo) {
-        uint64_t off, len;
-        chunk_range(job, redo - 1, &off, &len);
-        int err = shm_cma_read(peer,
-                               (void *)(uintptr_t)(atomic_load_explicit(&job->dst,
-                                                                        memory_order_relaxed) +
-                                                   off),
-                               atomic_load_explicit(&job->src, memory_order_relaxed) + off, len);
-        if (err) return err;
-        atomic_store_explicit(&job->redo, 0, memory_order_relaxed);
+        uint64_t off, clen;
+        chunk_range(job, redo - 1, &off, &clen);
+        err = shm_cma_read(peer, (char *)dst + off, src + off, clen);
     }
-    return 1;
-}
-
-void shm_job_close(shm_job_t *job)
-{
-    uint64_t c = atomic_load_explicit(&job->claim, memory_order_relaxed);
-    uint64_t n = (c >> SHM_JOB_IDX_BITS) & IDX_MASK;
-    /* no more claims; chunks in flight finish on their own */
-    while (!atomic_compare_exchange_weak_explicit(&job->claim, &c,
-                                                  (c & ~IDX_MASK) | n, memory_order_relaxed,
-                                                  memory_order_relaxed)) {
-        n = (c >> SHM_JOB_IDX_BITS) & IDX_MASK;
-    }
+    return err;
 }

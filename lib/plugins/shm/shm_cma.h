@@ -13,9 +13,12 @@
  * buffer in chunks, and the sender, which has nothing else to do while it
  * waits, copies chunks of the same message into the receiver's buffer from
  * its side. The two claim chunks from a job descriptor in the receiver's
- * segment (shm_job_t); whoever is not there simply leaves all chunks to the
- * other, so nobody ever waits for a process that is not progressing
- * (except for a chunk the peer has claimed and is copying right now).
+ * segment (shm_job_t); a sender that is not in pscom simply leaves all
+ * chunks to the receiver, so nobody waits for a process that does not
+ * progress, except for the one chunk the peer has claimed and is copying.
+ * A job starts and ends within one call of the receiver (no other core
+ * call in between), because the core may move the destination buffer
+ * between calls (an unexpected message that gets matched).
  *
  *   claim word = generation (24 bits) | chunk count (20) | next chunk (20),
  *   changed only by compare-and-swap. The receiver writes the parameters
@@ -57,29 +60,23 @@ typedef struct shm_job {
     _Atomic uint64_t redo;               /* 1 + a chunk the sender failed to copy */
 } shm_job_t;
 
-/* Receiver: publish a job (the previous one must be finished). */
-void shm_job_open(shm_job_t *job, uint64_t dst, uint64_t src, uint64_t len, uint64_t chunk);
+/* Receiver: copy len bytes from the peer's address src into dst, sharing
+ * the chunks with the peer if it helps. Returns when no chunk is in flight
+ * any more (the peer no longer writes into dst), 0 or -errno. While it
+ * waits for the peer's last chunk it calls alive(arg) now and then; if that
+ * returns 0 (the peer process is gone) it returns -ESRCH. */
+int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
+                int (*alive)(void *arg), void *arg);
 
-/* Claim and copy chunks until none is left or about budget bytes are
- * copied. The receiver (helper = 0) reads from the sender; the sender
- * (helper = 1) writes into the receiver and only copies from within
- * [lo, hi) of its own memory (the message it announced). Returns the
- * bytes copied (>= 0), or -errno: the receiver then stops (the chunk is
- * not counted done); a helper gives its chunk back through `redo`. */
-ssize_t shm_job_work(shm_job_t *job, pid_t peer, int helper, size_t budget, uint64_t lo,
-                     uint64_t hi);
-
-/* Receiver: are all chunks done? A chunk the sender gave back is copied
- * here first. Returns 1 when finished, 0 while the sender still copies,
- * -errno if copying the returned chunk failed. */
-int shm_job_finish(shm_job_t *job, pid_t peer);
-
-/* Receiver: take back the chunks nobody has claimed yet (after a failed
- * copy). */
-void shm_job_close(shm_job_t *job);
+/* Sender: claim and copy chunks of the receiver's current job into the
+ * peer, about budget bytes at most, only from within [lo, hi) of our memory
+ * (the message we announced). Returns the bytes copied, or -errno (the
+ * failed chunk goes back to the receiver). */
+ssize_t shm_job_help(shm_job_t *job, pid_t peer, size_t budget, uint64_t lo, uint64_t hi);
 
 /* Chunk size for a job of len bytes: a handful of chunks per job, so that
  * both sides get work, but large enough to keep the system calls rare. */
+#define SHM_JOB_CHUNK_MIN (32u << 10)
 uint64_t shm_job_chunk_size(uint64_t len);
 
 #endif /* SHM_CMA_H */
