@@ -22,6 +22,9 @@
  *    next message intact;
  *  - both sides send 8 MiB to each other at the same time, 5 rounds;
  *  - 300 messages of mixed sizes keep their order.
+ *
+ * "itest_shm_paths contype" only connects, with PSP_DEBUG_CONTYPE=1 (the
+ * ctest entry checks for the "via shm" lines).
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -349,7 +352,27 @@ static int server(tu_ctx_t *ctx)
     return 0;
 }
 
-int main(void)
+/* "contype": connect, and nothing else (for PSP_DEBUG_CONTYPE=1) */
+static int quick_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_client_connect(ctx, sock);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), CMD_END);
+    return 0;
+}
+
+static int quick_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    TU_ASSERT_EQ(cons[1]->type, PSCOM_CON_TYPE_SHM);
+    command(ctx, CMD_END);
+    return 0;
+}
+
+int main(int argc, char **argv)
 {
     static const struct {
         const char *name, *cma, *rendezvous;
@@ -364,6 +387,11 @@ int main(void)
     setenv("PSCOM_TEST_CONTYPE", "shm", 1);
     setenv("PSP_SHM_RING_SIZE", "1048576", 1);
     unsetenv("PSP_RENDEZVOUS");
+    if (argc > 1 && !strcmp(argv[1], "contype")) {
+        mode = "cma";
+        setenv("PSP_DEBUG_CONTYPE", "1", 1);
+        return tu_run("shm_contype", 1, quick_server, quick_client, NULL);
+    }
     for (unsigned m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
         char name[32];
         mode = modes[m].name;
