@@ -22,7 +22,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <ucs/config/global_opts.h>
 #include <unistd.h>
 
 #include "ucp_priv.h"
@@ -108,8 +107,7 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
  * shared-memory transports do not, so after the first "unreachable" we use
  * mode NONE for the rest of the process and rely on the handshake socket
  * to notice a dead peer. UCX logs that first refusal as an error; as it is
- * expected, its log level is lowered for that one call (unless the user
- * asked UCX for more than warnings). */
+ * expected, that message is held back (ucp_log.c). */
 static int peer_mode_unsupported;
 
 static int ep_create(ucp_con_t *uc, const void *addr)
@@ -123,11 +121,9 @@ static int ep_create(ucp_con_t *uc, const void *addr)
     };
     ucs_status_t st = UCS_ERR_UNREACHABLE;
     if (!peer_mode_unsupported) {
-        ucs_log_level_t level = ucs_global_opts.log_component.log_level;
-        if (level <= UCS_LOG_LEVEL_WARN)
-            ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_FATAL;
+        ucp_log_hold();
         st = ucp_ep_create(ucp_g.worker, &p, &uc->ep);
-        ucs_global_opts.log_component.log_level = level;
+        ucp_log_release(st == UCS_ERR_UNREACHABLE); /* expected: dropped; else replayed */
         if (st == UCS_ERR_UNREACHABLE) {
             peer_mode_unsupported = 1;
             plog_dbg("ucp: the UCX transports in use cannot detect peer failures; using "
@@ -186,6 +182,7 @@ static int ep_wireup(ucp_con_t *uc)
     while (!r->completed && !uc->ep_failed && ucp_now_us() - t0 < UCP_WIREUP_TIMEOUT_US) {
         for (int i = 0; i < 64; i++) ucp_worker_progress(ucp_g.worker);
     }
+    ucp_g.must_probe = 1; /* messages may have arrived meanwhile */
     if (!r->completed) {
         plog_err("%s: ucp: connecting: %s", pscom_con_name(uc->con),
                  uc->ep_failed ? "endpoint error" : "timeout");

@@ -163,6 +163,7 @@ typedef struct ucp_global {
     pscom_ufd_t efd;           /* worker event fd, in the core's epoll set */
     pscom_poller_t poller;
     int armed;                 /* poller removed, sleeping on efd */
+    int must_probe;            /* the unexpected queue may hold new messages */
     uint64_t idle_since_us;
     unsigned idle_polls;
     unsigned inflight;         /* our UCX requests not completed */
@@ -175,6 +176,11 @@ extern ucp_global_t ucp_g;
 
 uint64_t ucp_now_us(void);
 int ucp_worker_ensure(void); /* lazily (PSP_UCP_FASTINIT=0) */
+
+/* ucp_log.c: hold UCX's own log messages back around a call; release
+ * returns (if failed) the most telling one, else passes them on */
+void ucp_log_hold(void);
+const char *ucp_log_release(int failed);
 void ucp_worker_fini(void);
 void ucp_wake(void);         /* make sure the poller runs (after posting) */
 void ucp_dirty(ucp_con_t *uc);

@@ -29,6 +29,16 @@
 
 #define RXBUF_MIN 512
 
+/* Can the core keep the buffer of an asynchronous receive in place? */
+#ifdef PSCOM_PLUGIN_HAS_READ_PIN
+#define UCP_READ_PIN 1
+#else
+#define UCP_READ_PIN 0
+static void pscom_read_pin(pscom_con_t *con)
+{
+}
+#endif
+
 /* ---- generic datatype: keep a prefix, drop the rest ----------------------------- */
 
 static void *pt_start_pack(void *context, const void *buffer, size_t count)
@@ -276,13 +286,13 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
         dst          = p;
         count        = 1;
     } else {
-#ifdef PSCOM_PLUGIN_HAS_READ_PIN
-        pscom_read_pin(uc->con);
-#else
-        bounce = bounce_get(len);
-        if (!bounce) goto nomem;
-        dst = bounce;
-#endif
+        if (UCP_READ_PIN) {
+            pscom_read_pin(uc->con);
+        } else {
+            bounce = bounce_get(len);
+            if (!bounce) goto nomem;
+            dst = bounce;
+        }
     }
     ucs_status_ptr_t st = ucp_tag_msg_recv_nbx(ucp_g.worker, dst, count, msg, &prm);
     if (UCS_PTR_IS_PTR(st)) {

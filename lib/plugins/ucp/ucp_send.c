@@ -52,6 +52,7 @@ static ucs_status_t send_one(ucp_con_t *uc, unsigned slot, const void *buf, size
     };
     ucs_status_ptr_t st =
         ucp_tag_send_nbx(uc->ep, buf, len, ucpt_make(uc->peer_id, kind, uc->tx_seq), &prm);
+    ucp_g.must_probe = 1; /* over "self" the message is already in our own queue */
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_SEND, uc->id);

@@ -180,15 +180,28 @@ static int ucp_poll(pscom_poller_t *poller)
     if (in_poll) return 0;
     in_poll = 1;
 
-    for (int i = 0; i < 16 && ucp_worker_progress(ucp_g.worker); i++) progress = 1;
+    /* Messages reach the unexpected queue only inside UCX progress: look
+     * there only after progress did something (or someone else progressed
+     * the worker, or the probe loop stopped at PSP_UCP_MAX_RECV). */
+    if (ucp_worker_progress(ucp_g.worker)) {
+        progress         = 1;
+        ucp_g.must_probe = 1;
+    }
     if (!pscom_list_empty(&ucp_g.dirty)) progress |= run_dirty();
 
-    ucp_tag_recv_info_t info;
-    while (ucp_g.rx_inflight < ucp_cfg.max_recv) {
-        ucp_tag_message_h msg = ucp_tag_probe_nb(ucp_g.worker, 0, 0, 1, &info);
-        if (!msg) break;
-        ucp_rx_arrived(msg, &info);
-        progress = 1;
+    if (ucp_g.must_probe) {
+        ucp_tag_recv_info_t info;
+        ucp_g.must_probe = 0;
+        for (;;) {
+            if (ucp_g.rx_inflight >= ucp_cfg.max_recv) {
+                ucp_g.must_probe = 1; /* more may be waiting */
+                break;
+            }
+            ucp_tag_message_h msg = ucp_tag_probe_nb(ucp_g.worker, 0, 0, 1, &info);
+            if (!msg) break;
+            ucp_rx_arrived(msg, &info);
+            progress = 1;
+        }
     }
     if (!pscom_list_empty(&ucp_g.dirty)) progress |= run_dirty();
     if (!pscom_list_empty(&ucp_g.failed)) {
@@ -203,16 +216,24 @@ static int ucp_poll(pscom_poller_t *poller)
         return 1;
     }
     /* idle: arm the worker and leave once nothing of ours is in flight */
-    if (ucp_g.inflight || ucp_g.rx_inflight) return 0;
+    if (ucp_g.inflight || ucp_g.rx_inflight) {
+        if (++ucp_g.idle_polls >= UCP_IDLE_CLOCK_EVERY) {
+            ucp_g.idle_polls = 0;
+            ucp_g.must_probe = 1;
+        }
+        return 0;
+    }
     if (++ucp_g.idle_polls < UCP_IDLE_CLOCK_EVERY) return 0;
     ucp_g.idle_polls = 0;
+    ucp_g.must_probe = 1; /* now and then anyway: cheap, and robust */
     uint64_t now     = ucp_now_us();
     if (!ucp_g.idle_since_us) {
         ucp_g.idle_since_us = now;
         return 0;
     }
     if (now - ucp_g.idle_since_us < UCP_ARM_IDLE_US) return 0;
-    ucs_status_t st = ucp_worker_arm(ucp_g.worker);
+    ucs_status_t st  = ucp_worker_arm(ucp_g.worker);
+    ucp_g.must_probe = 1; /* arming may have progressed the worker */
     if (st == UCS_OK) {
         ucp_g.armed         = 1;
         ucp_g.idle_since_us = 0;
@@ -225,6 +246,7 @@ static int ucp_poll(pscom_poller_t *poller)
 
 static void efd_handler(pscom_ufd_t *ufd, uint32_t revents)
 {
+    ucp_g.must_probe = 1;
     if (ucp_g.armed) {
         ucp_g.armed = 0;
         pscom_poller_add(&ucp_g.poller);
@@ -239,10 +261,12 @@ int ucp_worker_ensure(void)
     ucs_status_t st;
     ucp_config_t *config;
     const char *what;
+    int held = 1; /* UCX's log messages held back (ucp_log.c) */
 
     if (ucp_g.worker) return 0;
     if (ucp_g.init_failed) return -1;
 
+    ucp_log_hold();
     what = "ucp_config_read()";
     st   = ucp_config_read(NULL, NULL, &config);
     if (st != UCS_OK) goto err_config;
@@ -272,9 +296,12 @@ int ucp_worker_ensure(void)
     st   = ucp_worker_get_address(ucp_g.worker, &ucp_g.addr, &ucp_g.addr_len);
     if (st != UCS_OK) goto err_address;
     if (ucp_g.addr_len + UCP_BLOB_HDR > PSCOM_PRECON_BLOB_MAX) {
-        plog_warn("ucp: UCX cannot be used: its worker address (%zu bytes) does not fit the "
-                  "handshake (%d bytes); restrict UCX_TLS/UCX_NET_DEVICES",
-                  ucp_g.addr_len, PSCOM_PRECON_BLOB_MAX - UCP_BLOB_HDR);
+        ucp_log_release(0);
+        held = 0;
+        plog_err("ucp: UCX cannot be used: its worker address (%zu bytes) does not fit the "
+                 "handshake (%d bytes); restrict UCX_TLS/UCX_NET_DEVICES",
+                 ucp_g.addr_len, PSCOM_PRECON_BLOB_MAX - UCP_BLOB_HDR);
+        st = UCS_OK; /* reported */
         goto err_size;
     }
 
@@ -287,6 +314,8 @@ int ucp_worker_ensure(void)
     st   = ucp_dt_create_generic(&ucp_partial_ops, NULL, &ucp_g.dt_partial);
     if (st != UCS_OK) goto err_efd;
 
+    ucp_log_release(0);
+    held      = 0;
     ucp_g.efd = (pscom_ufd_t){.fd = efd, .events = EPOLLIN, .handler = efd_handler};
     if (pscom_ufd_add(&ucp_g.efd) < 0) {
         what = "pscom_ufd_add(event fd)";
@@ -312,8 +341,11 @@ err_worker:
     ucp_cleanup(ucp_g.ctx);
     ucp_g.ctx = NULL;
 err_config:
-    if (st != UCS_OK)
-        plog_warn("ucp: UCX cannot be initialised: %s: %s", what, ucs_status_string(st));
+    if (st != UCS_OK) {
+        const char *why = held ? ucp_log_release(1) : NULL;
+        plog_err("ucp: UCX cannot be initialised (%s: %s%s%s); the ucp transport is disabled",
+                 what, ucs_status_string(st), why ? ": " : "", why ? why : "");
+    }
     ucp_g.init_failed = 1;
     return -1;
 }
