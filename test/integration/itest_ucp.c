@@ -1,0 +1,310 @@
+/*
+ * itest_ucp: what is particular to the ucp transport (lib/plugins/ucp).
+ * Run once per UCX transport set (ctest itest_ucp.ucp-tcp / .ucp-shm, with
+ * the environment of that variant: PSP_TCP=0 PSP_SHM=0 UCX_TLS=...).
+ *
+ *  1. sleep: a receive that blocks for a while costs (almost) no CPU: the
+ *     plugin arms the UCX worker and leaves the poller list, so the core's
+ *     wait sleeps in epoll_wait on the worker's event fd, and the message
+ *     still wakes it up. Measured with getrusage over the blocked receive,
+ *     in both directions. The client's pause before sending is the
+ *     measuring window, not a synchronisation: the result does not depend
+ *     on its length, only the CPU/wall ratio is checked.
+ *  2. unexpected_inflight: large messages arrive unexpected (UCX moves
+ *     them asynchronously); the receive is posted as soon as pscom_iprobe
+ *     sees the header, i.e. while the payload may still be on its way, and
+ *     must get every byte right. Then the connection is closed by the
+ *     receiver while another large unexpected message is arriving: no
+ *     crash, no write into freed memory (run under ASan in CI).
+ *  3. noinit: UCX cannot be initialised (UCX_TLS=bogus): exactly one log
+ *     line says so at the default PSP_DEBUG, and connections fall back to
+ *     tcp.
+ *  4. stale_module: PSP_PLUGINDIR holds a libpscom4ucp.so of another
+ *     plugin ABI version: it is rejected with one log line and the real
+ *     module next to libpscom is used (connections are ucp).
+ */
+#define _GNU_SOURCE
+#include "pscom_testutil.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TAG_MSG 0x4d534721u
+#define PAUSE_MS 300
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru); /* all threads, UCX's async thread too */
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+static void pause_ms(unsigned ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0) {
+    }
+}
+
+/* ---- 1. sleep ------------------------------------------------------------ */
+
+/* Blocking receive of one uint32_t; returns CPU seconds / wall seconds. */
+static double blocked_recv(pscom_connection_t *con, uint32_t expect, double *wall)
+{
+    uint32_t v = 0;
+    double c0 = cpu_s(), t0 = now_s();
+    TU_ASSERT_OK(pscom_recv_from(con, NULL, 0, &v, sizeof(v)));
+    *wall    = now_s() - t0;
+    double c = cpu_s() - c0;
+    TU_ASSERT_EQ(v, expect);
+    return c / *wall;
+}
+
+static void check_ratio(const char *who, double ratio, double wall)
+{
+    tu_log("%s: blocked %.0f ms, cpu %.1f %%", who, wall * 1e3, ratio * 100);
+    /* a blocked receive must not spin: generous bound for loaded machines
+     * and sanitizer builds (a spinning wait is at 100 %) */
+    if (wall > 0.05) TU_ASSERT_MSG(ratio < 0.25, "%s: cpu %.1f %% while blocked", who, ratio * 100);
+}
+
+static int sleep_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    double wall, r = blocked_recv(cons[1], 1, &wall);
+    check_ratio("server", r, wall);
+    pause_ms(PAUSE_MS); /* the client blocks meanwhile */
+    uint32_t v = 2;
+    pscom_send(cons[1], NULL, 0, &v, sizeof(v));
+    tu_wait_tag(cons[1], NULL, TAG_MSG);
+    pscom_close_connection(cons[1]);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int sleep_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    pause_ms(PAUSE_MS); /* the server blocks meanwhile */
+    uint32_t v = 1;
+    pscom_send(con, NULL, 0, &v, sizeof(v));
+    double wall, r = blocked_recv(con, 2, &wall);
+    check_ratio("client", r, wall);
+    tu_send_tag(con, TAG_MSG);
+    pscom_close_connection(con);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---- 2. unexpected_inflight ----------------------------------------------- */
+
+static const size_t sizes[] = {100000, 1u << 20, (4u << 20) + 3, 16u << 20};
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+#define DROPLEN (32u << 20)
+
+static int unexp_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    pscom_connection_t *con = cons[1];
+
+    for (unsigned i = 0; i < NSIZES; i++) {
+        size_t len         = sizes[i];
+        unsigned char *buf = tu_malloc(len + 64);
+        memset(buf, 0xee, len + 64);
+        pscom_request_t *req = pscom_request_create(sizeof(uint32_t), sizeof(uint32_t));
+        uint32_t tag         = TAG_MSG;
+        memcpy((void *)req->user, &tag, sizeof(tag));
+        req->connection      = con;
+        req->socket          = sock;
+        req->xheader_len     = sizeof(uint32_t);
+        req->ops.recv_accept = tu_accept_tag;
+        /* the header is in: the message is unexpected and may still be arriving */
+        while (!pscom_iprobe(req)) pscom_test_any();
+        TU_ASSERT_EQ(req->header.data_len, len);
+        req->data     = buf;
+        req->data_len = len;
+        pscom_post_recv(req);
+        pscom_wait(req);
+        TU_ASSERT_SUCCESSFUL(req);
+        TU_ASSERT_PATTERN(buf, len, 100 + i);
+        TU_ASSERT_BYTES(buf + len, 64, 0xee);
+        pscom_request_free(req);
+        free(buf);
+    }
+
+    /* close while a large unexpected message arrives */
+    pscom_request_t *p = pscom_request_create(sizeof(uint32_t), sizeof(uint32_t));
+    uint32_t tag       = TAG_MSG;
+    memcpy((void *)p->user, &tag, sizeof(tag));
+    p->connection      = con;
+    p->socket          = sock;
+    p->xheader_len     = sizeof(uint32_t);
+    p->ops.recv_accept = tu_accept_tag;
+    while (!pscom_iprobe(p)) pscom_test_any();
+    TU_ASSERT_EQ(p->header.data_len, DROPLEN);
+    pscom_request_free(p);
+    pscom_close_connection(con);
+    /* keep progressing until the client is done: the rest of the message
+     * arrives and is dropped */
+    tu_wait_peer_exit_progress(ctx, 1);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int unexp_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    uint32_t tag            = TAG_MSG;
+    for (unsigned i = 0; i < NSIZES; i++) {
+        unsigned char *buf = tu_malloc(sizes[i]);
+        tu_fill(buf, sizes[i], 100 + i);
+        pscom_send(con, &tag, sizeof(tag), buf, sizes[i]);
+        free(buf);
+    }
+    unsigned char *big = tu_malloc(DROPLEN);
+    memset(big, 7, DROPLEN);
+    pscom_request_t *s = pscom_request_create(sizeof(tag), 0);
+    pscom_req_prepare(s, con, big, DROPLEN, &tag, sizeof(tag));
+    pscom_post_send(s);
+    pscom_wait(s); /* may fail: the server closes while it arrives */
+    pscom_request_free(s);
+    free(big);
+    pscom_close_connection(con);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---- 3./4. log lines and fallback (one process) ------------------------------ */
+
+static int log_fd = -1, saved_stderr = -1;
+static char log_path[64];
+
+static void capture_stderr(void)
+{
+    snprintf(log_path, sizeof(log_path), "/tmp/itest_ucp.%d.log", (int)getpid());
+    log_fd = open(log_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    TU_ASSERT(log_fd >= 0);
+    fflush(stderr);
+    saved_stderr = dup(2);
+    TU_ASSERT(saved_stderr >= 0);
+    TU_ASSERT(dup2(log_fd, 2) == 2);
+}
+
+/* Restore stderr; count the captured lines containing `what`. */
+static int captured_lines(const char *what, int *total)
+{
+    static char text[16384];
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    ssize_t n = pread(log_fd, text, sizeof(text) - 1, 0);
+    close(log_fd);
+    unlink(log_path);
+    TU_ASSERT(n >= 0);
+    text[n] = 0;
+    int hits = 0, lines = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        lines++;
+        if (strstr(line, what)) hits++;
+        tu_log("captured: %s", line);
+    }
+    *total = lines;
+    return hits;
+}
+
+/* A connection between two sockets of this process; returns its type. */
+static pscom_con_type_t self_connection_type(tu_ctx_t *ctx)
+{
+    pscom_socket_t *a = tu_open_socket(ctx, 0, 0);
+    pscom_socket_t *b = tu_open_socket(ctx, 0, 0);
+    TU_ASSERT_OK(pscom_listen(a, PSCOM_ANYPORT));
+    char *ep = NULL;
+    TU_ASSERT_OK(pscom_socket_get_ep_str(a, &ep));
+    pscom_connection_t *con = pscom_open_connection(b);
+    TU_ASSERT_OK(pscom_connect(con, ep, PSCOM_RANK_UNDEFINED, PSCOM_CON_FLAG_DIRECT));
+    pscom_con_type_t type = con->type;
+    uint32_t v = 42, w = 0;
+    pscom_send(con, NULL, 0, &v, sizeof(v));
+    pscom_connection_t *acc = pscom_get_next_connection(a, NULL);
+    while (!acc) {
+        pscom_test_any();
+        acc = pscom_get_next_connection(a, NULL);
+    }
+    TU_ASSERT_OK(pscom_recv_from(acc, NULL, 0, &w, sizeof(w)));
+    TU_ASSERT_EQ(w, 42);
+    pscom_socket_free_ep_str(ep);
+    pscom_close_connection(con);
+    pscom_close_socket(b);
+    pscom_close_socket(a);
+    return type;
+}
+
+static int noinit_server(tu_ctx_t *ctx)
+{
+    int total;
+    capture_stderr();
+    pscom_con_type_t type = self_connection_type(ctx);
+    int hits = captured_lines("UCX cannot be initialised", &total);
+    TU_ASSERT_EQ(hits, 1);
+    TU_ASSERT_EQ(total, 1); /* nothing else: UCX's own messages are folded in */
+    TU_ASSERT_STR_EQ(pscom_con_type_str(type), "tcp");
+    return 0;
+}
+
+static int stale_server(tu_ctx_t *ctx)
+{
+    int total;
+    capture_stderr();
+    pscom_con_type_t type = self_connection_type(ctx);
+    int hits = captured_lines("rejected", &total);
+    TU_ASSERT_EQ(hits, 1);
+    TU_ASSERT_STR_EQ(pscom_con_type_str(type), "ucp");
+    return 0;
+}
+
+int main(void)
+{
+    if (tu_run("ucp_sleep", 1, sleep_server, sleep_client, NULL)) return 1;
+    if (tu_run("ucp_unexpected_inflight", 1, unexp_server, unexp_client, NULL)) return 1;
+
+    /* 3: the children inherit this environment (pscom_init after fork) */
+    char *tls = getenv("UCX_TLS") ? strdup(getenv("UCX_TLS")) : NULL;
+    setenv("UCX_TLS", "bogus", 1);
+    setenv("PSP_TCP", "1", 1);
+    setenv("PSP_DEBUG", "1", 1);
+    if (tu_run("ucp_noinit", 0, noinit_server, NULL, NULL)) return 1;
+    if (tls) {
+        setenv("UCX_TLS", tls, 1);
+    } else {
+        unsetenv("UCX_TLS");
+    }
+    setenv("PSP_TCP", "0", 1);
+    free(tls);
+
+    /* 4 */
+    setenv("PSP_PLUGINDIR", PSCOM_TEST_STALE_MODULE_DIR, 1);
+    if (tu_run("ucp_stale_module", 0, stale_server, NULL, NULL)) return 1;
+    return 0;
+}
