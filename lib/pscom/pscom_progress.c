@@ -216,7 +216,9 @@ int pscom_progress(int timeout_ms)
 
     static unsigned skipped;
 
-    if (pscom_unlikely(deferred_head != NULL)) free_deferred();
+    /* not while another thread sleeps in epoll_wait: it may return events
+     * whose handler objects are on the deferred list */
+    if (pscom_unlikely(deferred_head != NULL) && !sleepers) free_deferred();
     pscom.stats.progress_passes++;
     if (pscom_unlikely(!pscom_list_empty(&timers))) progress = run_timers(&timeout_ms);
     if (pollers_active) {
