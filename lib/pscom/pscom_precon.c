@@ -258,14 +258,14 @@ static void attempt_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, 
         if (errnum == ETIMEDOUT) {
             plog_err("%s: connect to %s failed: %s, no byte moved within %u ms "
                      "(PSP_PRECON_TCP_RECONNECT_TIMEOUT=%u x PSP_PRECON_TCP_CONNECT_STALLED_MAX=%u), "
-                     "%u attempts (PSP_RETRY=%u)",
+                     "%u attempt%s (PSP_RETRY=%u)",
                      pscom_con_name(pre->con), target_str(pre, tgt, sizeof(tgt)), what,
                      tick_ms() * stalled_max(), tick_ms(), stalled_max(), pre->attempt,
-                     pscom_config.retry);
+                     pre->attempt == 1 ? "" : "s", pscom_config.retry);
         } else {
-            plog_err("%s: connect to %s failed after %u attempts (PSP_RETRY=%u): %s: %s",
+            plog_err("%s: connect to %s failed after %u attempt%s (PSP_RETRY=%u): %s: %s",
                      pscom_con_name(pre->con), target_str(pre, tgt, sizeof(tgt)), pre->attempt,
-                     pscom_config.retry, what, strerror(errnum));
+                     pre->attempt == 1 ? "" : "s", pscom_config.retry, what, strerror(errnum));
         }
     }
     precon_fail(pre, err, errnum);

@@ -1,0 +1,401 @@
+/*
+ * itest_connect_storm: connect retries, back-off, the handshake watchdog
+ * and connect storms (issue 5; environment.md PSP_RETRY,
+ * PSP_TCP_BACKLOG, PSP_PRECON_TCP_RECONNECT_TIMEOUT,
+ * PSP_PRECON_TCP_CONNECT_STALLED_MAX).
+ *
+ * "refused": DIRECT to a port nobody listens on (PSP_RETRY=5) fails with
+ *   PSCOM_ERR_STDERROR/ECONNREFUSED after 6 attempts, no sooner than the
+ *   back-off sum (1+2+4+8+16 ms), with an error naming PSP_RETRY. On
+ *   demand, the first send returns at once with the request still pending
+ *   (the connect runs in the progress engine), then fails with ERROR and
+ *   con_error(WRITE).
+ * "stall": DIRECT to a raw listener that never accepts: every attempt
+ *   stalls (PSP_PRECON_TCP_RECONNECT_TIMEOUT=30 x CONNECT_STALLED_MAX=2)
+ *   and is restarted; after PSP_RETRY=2 retries pscom_connect fails with
+ *   ETIMEDOUT and a message naming both variables. The listener then
+ *   finds exactly 3 connections in its backlog, each carrying a HELLO with
+ *   attempt number 1, 2, 3.
+ * "silent": a raw client connects to a pscom listener and says nothing
+ *   (or half a header): the watchdog closes it (the client reads EOF),
+ *   while proper pscom connections are served meanwhile.
+ * "busy": while a DIRECT connect waits for an answer, the process keeps
+ *   serving its other connections: a ping from a peer is answered (from
+ *   io_done) before pscom_connect returns.
+ * "storm": 16 clients x 24 DIRECT connects at once to one socket with
+ *   PSP_TCP_BACKLOG=1 (the accept queue overflows; SYNs are dropped or
+ *   refused): all 384 connections come up, each carries a message.
+ */
+#define _GNU_SOURCE
+#include "pscom_testutil.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static uint32_t wait_signal_progress(tu_ctx_t *ctx, int peer)
+{
+    int fd = ctx->rank == TU_SERVER ? ctx->ctl[peer] : ctx->ctl[0];
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) return tu_wait_signal(ctx, peer);
+        if (!pscom_test_any()) {
+            p.revents = 0;
+            poll(&p, 1, 1);
+        }
+    }
+}
+
+static int saved_stderr = -1;
+static FILE *capture;
+
+static void capture_begin(void)
+{
+    fflush(stderr);
+    capture = tmpfile();
+    TU_ASSERT_NOT_NULL(capture);
+    saved_stderr = dup(2);
+    TU_ASSERT_GE(dup2(fileno(capture), 2), 0);
+}
+
+static char *capture_end(void)
+{
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    long len  = ftell(capture);
+    char *buf = tu_malloc((size_t)len + 1);
+    rewind(capture);
+    size_t n = fread(buf, 1, (size_t)len, capture);
+    buf[n]   = 0;
+    fclose(capture);
+    fprintf(stderr, "%s[captured library output:]\n%s[end]\n", tu_who(), buf);
+    return buf;
+}
+
+static int raw_socket(int do_listen, int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    TU_ASSERT_GE(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    TU_ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    if (do_listen) TU_ASSERT_EQ(listen(fd, 16), 0);
+    socklen_t len = sizeof(sa);
+    TU_ASSERT_EQ(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+static volatile int errors;
+static pscom_op_t err_op;
+
+static void on_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    (void)con;
+    if (err == PSCOM_ERR_EOF) return;
+    err_op = op;
+    errors++;
+}
+
+/* ---- refused ------------------------------------------------------------------- */
+
+static int refused(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    s->ops.con_error  = on_error;
+    TU_ASSERT_OK(pscom_listen(s, PSCOM_ANYPORT));
+    int port;
+    int dead = raw_socket(0, &port); /* bound, not listening: refused */
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d@nobody", port);
+
+    capture_begin();
+    pscom_connection_t *c = pscom_open_connection(s);
+    double t0             = now_ms();
+    TU_ASSERT_ERR(pscom_connect(c, ep, 1, PSCOM_CON_FLAG_DIRECT), PSCOM_ERR_STDERROR);
+    TU_ASSERT_EQ(errno, ECONNREFUSED);
+    double dt = now_ms() - t0;
+    char *log = capture_end();
+    TU_ASSERT_MSG(dt >= 31.0, "6 attempts took %.1f ms, less than the back-off (31 ms)", dt);
+    TU_ASSERT_MSG(strstr(log, "6 attempts (PSP_RETRY=5)") && strstr(log, "Connection refused"),
+                  "no error naming the limit");
+    free(log);
+    TU_ASSERT_EQ(errors, 1);
+    TU_ASSERT_EQ(err_op, PSCOM_OP_CONNECT);
+    pscom_close_connection(c);
+
+    /* on demand: the send does not block on the connect */
+    c = pscom_open_connection(s);
+    TU_ASSERT_OK(pscom_connect(c, ep, 1, PSCOM_CON_FLAG_ONDEMAND));
+    pscom_request_t *req = pscom_request_create(0, 0);
+    req->connection      = c;
+    pscom_post_send(req);
+    TU_ASSERT_STATE_LACKS(req->state, PSCOM_REQ_STATE_DONE);
+    pscom_wait(req);
+    TU_ASSERT_STATE_HAS(req->state, PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(req);
+    while (errors < 2) pscom_wait_any();
+    TU_ASSERT_EQ(err_op, PSCOM_OP_WRITE);
+    pscom_close_connection(c);
+    close(dead);
+    pscom_close_socket(s);
+    return 0;
+}
+
+/* ---- stall --------------------------------------------------------------------- */
+
+static int stall(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    s->ops.con_error  = on_error;
+    int port;
+    int lfd = raw_socket(1, &port); /* listens, never accepts (for now) */
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d@silent", port);
+
+    capture_begin();
+    pscom_connection_t *c = pscom_open_connection(s);
+    TU_ASSERT_ERR(pscom_connect(c, ep, 1, PSCOM_CON_FLAG_DIRECT), PSCOM_ERR_STDERROR);
+    TU_ASSERT_EQ(errno, ETIMEDOUT);
+    char *log = capture_end();
+    TU_ASSERT_MSG(strstr(log, "PSP_PRECON_TCP_RECONNECT_TIMEOUT=30") &&
+                      strstr(log, "PSP_PRECON_TCP_CONNECT_STALLED_MAX=2") &&
+                      strstr(log, "3 attempts (PSP_RETRY=2)"),
+                  "no error naming the limits");
+    free(log);
+    pscom_close_connection(c);
+
+    /* what reached the listener: one connection per attempt, each a HELLO */
+    for (uint32_t attempt = 1; attempt <= 3; attempt++) {
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        TU_ASSERT_EQ(poll(&p, 1, 0), 1);
+        int fd = accept(lfd, NULL, NULL);
+        TU_ASSERT_GE(fd, 0);
+        unsigned char buf[16 + 40];
+        size_t have = 0;
+        while (have < sizeof(buf)) {
+            ssize_t n = read(fd, buf + have, sizeof(buf) - have);
+            TU_ASSERT_GT(n, 0);
+            have += (size_t)n;
+        }
+        TU_ASSERT(!memcmp(buf, "PSC1", 4));
+        uint32_t got;
+        memcpy(&got, buf + 16 + 20, 4);
+        TU_ASSERT_EQ(got, attempt);
+        close(fd);
+    }
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    TU_ASSERT_EQ(poll(&p, 1, 0), 0); /* nothing more */
+    close(lfd);
+    pscom_close_socket(s);
+    return 0;
+}
+
+/* ---- silent -------------------------------------------------------------------- */
+
+static int silent_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, s);
+    TU_ASSERT_EQ(wait_signal_progress(ctx, 1), 1); /* both raw clients saw EOF */
+    pscom_connection_t *cons[2];
+    tu_server_accept_all(ctx, s, cons);
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int silent_client(tu_ctx_t *ctx)
+{
+    const char *ep = tu_client_get_ep(ctx);
+    int port       = atoi(strrchr(ep, ':') + 1);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    sa.sin_port           = htons((uint16_t)port);
+    int fd[2];
+    for (int i = 0; i < 2; i++) {
+        fd[i] = socket(AF_INET, SOCK_STREAM, 0);
+        TU_ASSERT_EQ(connect(fd[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+    }
+    TU_ASSERT_EQ(write(fd[1], "PSC1\x01\x00", 6), 6); /* half a header, then silence */
+    for (int i = 0; i < 2; i++) {
+        char c;
+        ssize_t n = read(fd[i], &c, 1); /* blocks until the watchdog closes it */
+        TU_ASSERT_MSG(n == 0 || (n < 0 && errno == ECONNRESET),
+                      "silent connection %d: read returned %zd", i, n);
+        close(fd[i]);
+    }
+    tu_signal(ctx, TU_SERVER, 1);
+    pscom_socket_t *s     = tu_open_socket(ctx, 0, 0);
+    tu_client_connect(ctx, s); /* asserts the connection is up */
+    pscom_close_socket(s);
+    return 0;
+}
+
+/* ---- busy ---------------------------------------------------------------------- */
+
+static volatile int ponged;
+
+static void ping_done(pscom_request_t *req)
+{
+    /* answer the ping right from io_done, while pscom_connect still waits */
+    if (pscom_req_successful(req)) {
+        pscom_send(req->connection, NULL, 0, (void *)req->data, req->header.data_len);
+        ponged = 1;
+    }
+    free(req->data);
+    pscom_request_free(req);
+}
+
+static int busy_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, s);
+    pscom_connection_t *cons[2];
+    tu_server_accept_all(ctx, s, cons);
+    uint32_t rport = tu_wait_signal(ctx, 1);
+
+    pscom_request_t *req = pscom_request_create(0, 0);
+    req->connection      = cons[1];
+    req->data_len        = 100;
+    req->data            = tu_malloc(100);
+    req->ops.io_done     = ping_done;
+    pscom_post_recv(req);
+
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%u@silent", rport);
+    pscom_connection_t *c = pscom_open_connection(s);
+    tu_signal(ctx, 1, 1); /* connecting now */
+    /* blocks until the client closes the raw connection after our pong */
+    pscom_err_t rc = pscom_connect(c, ep, 2, PSCOM_CON_FLAG_DIRECT);
+    TU_ASSERT_MSG(ponged, "the ping was not answered while pscom_connect waited");
+    TU_ASSERT_NE(rc, PSCOM_SUCCESS);
+    pscom_close_connection(c);
+    tu_signal(ctx, 1, 2);
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int busy_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s     = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *c = tu_client_connect(ctx, s);
+    int port;
+    int lfd = raw_socket(1, &port);
+    tu_signal(ctx, TU_SERVER, (uint32_t)port);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 1);
+    char ping[100], pong[100];
+    tu_fill(ping, sizeof(ping), 77);
+    pscom_send(c, NULL, 0, ping, sizeof(ping));
+    TU_ASSERT_OK(pscom_recv(c, NULL, NULL, 0, pong, sizeof(pong)));
+    TU_ASSERT_PATTERN(pong, sizeof(pong), 77);
+    /* now let the server's connect fail: take its connection and close it */
+    int fd = accept(lfd, NULL, NULL);
+    TU_ASSERT_GE(fd, 0);
+    close(fd);
+    close(lfd);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 2);
+    pscom_close_socket(s);
+    return 0;
+}
+
+/* ---- storm --------------------------------------------------------------------- */
+
+#define STORM_CLIENTS 16
+#define STORM_CONS    24
+
+static int storm_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, s);
+    int total = STORM_CLIENTS * STORM_CONS;
+    double t0 = now_ms();
+    for (int i = 0; i < total; i++) {
+        uint32_t v[2];
+        pscom_connection_t *from = NULL;
+        pscom_request_t *req     = pscom_request_create(0, 0);
+        req->socket              = s;
+        req->data_len            = sizeof(v);
+        req->data                = v;
+        pscom_post_recv(req);
+        pscom_wait(req);
+        TU_ASSERT_SUCCESSFUL(req);
+        from = req->connection;
+        pscom_request_free(req);
+        TU_ASSERT(v[0] >= 1 && v[0] <= STORM_CLIENTS && v[1] < STORM_CONS);
+        pscom_send(from, NULL, 0, v, sizeof(v));
+    }
+    int n = 0;
+    for (pscom_connection_t *c = pscom_get_next_connection(s, NULL); c;
+         c = pscom_get_next_connection(s, c))
+        n++;
+    TU_ASSERT_EQ(n, total);
+    tu_log("%d connections through a backlog of 1 in %.0f ms", total, now_ms() - t0);
+    for (int c = 1; c <= STORM_CLIENTS; c++) tu_signal(ctx, c, 1);
+    for (int c = 1; c <= STORM_CLIENTS; c++) wait_signal_progress(ctx, c);
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int storm_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    const char *ep    = tu_client_get_ep(ctx);
+    pscom_connection_t *c[STORM_CONS];
+    for (int i = 0; i < STORM_CONS; i++) {
+        c[i] = pscom_open_connection(s);
+        TU_ASSERT_OK(pscom_connect(c[i], ep, 0, PSCOM_CON_FLAG_DIRECT));
+        uint32_t v[2] = {(uint32_t)ctx->rank, (uint32_t)i};
+        pscom_send(c[i], NULL, 0, v, sizeof(v));
+    }
+    for (int i = 0; i < STORM_CONS; i++) {
+        uint32_t v[2];
+        TU_ASSERT_OK(pscom_recv(c[i], NULL, NULL, 0, v, sizeof(v)));
+        TU_ASSERT_EQ(v[0], (uint32_t)ctx->rank);
+        TU_ASSERT_EQ(v[1], (uint32_t)i);
+    }
+    TU_ASSERT_EQ(wait_signal_progress(ctx, TU_SERVER), 1);
+    tu_signal(ctx, TU_SERVER, 2);
+    pscom_close_socket(s);
+    return 0;
+}
+
+int main(void)
+{
+    /* connection set-up over the built-in transports (see
+     * itest_ondemand_mesh.c for why not ucp) */
+    setenv("PSP_UCP", "0", 0);
+    int rc = 0;
+    setenv("PSP_RETRY", "5", 1);
+    rc |= tu_run("storm_refused", 0, refused, NULL, NULL);
+
+    setenv("PSP_RETRY", "2", 1);
+    setenv("PSP_PRECON_TCP_RECONNECT_TIMEOUT", "30", 1);
+    setenv("PSP_PRECON_TCP_CONNECT_STALLED_MAX", "2", 1);
+    rc |= tu_run("storm_stall", 0, stall, NULL, NULL);
+    rc |= tu_run("storm_silent", 1, silent_server, silent_client, NULL);
+
+    setenv("PSP_RETRY", "0", 1);
+    setenv("PSP_PRECON_TCP_RECONNECT_TIMEOUT", "60000", 1); /* no watchdog in the way */
+    rc |= tu_run("storm_busy", 1, busy_server, busy_client, NULL);
+
+    setenv("PSP_RETRY", "10", 1);
+    setenv("PSP_PRECON_TCP_RECONNECT_TIMEOUT", "100", 1);
+    setenv("PSP_TCP_BACKLOG", "1", 1);
+    rc |= tu_run("storm_backlog", STORM_CLIENTS, storm_server, storm_client, NULL);
+    return rc;
+}

@@ -1,0 +1,198 @@
+/*
+ * itest_many_cons: one socket holds 1,000 connections (issue 5).
+ *
+ * 8 clients open 125 DIRECT connections each to the server's single
+ * socket (1,000 in all) and send one message with content on every one;
+ * the server answers each on the connection it came from, and the clients
+ * check every answer. The server's socket lists exactly 1,000
+ * connections. Then a ping-pong runs on one connection while the other
+ * 999 idle (the time is logged: an idle connection costs nothing per
+ * progress pass with epoll). Finally everybody closes and the server's
+ * open file descriptors return to where they were before the first
+ * connection.
+ *
+ * Needs about 1,100 file descriptors in the server: the soft
+ * RLIMIT_NOFILE is raised to the hard limit; with a hard limit below that
+ * the test is skipped (exit code 77). Runs over tcp (PSP_SHM=0, PSP_UCP=0
+ * unless the environment says otherwise): 1,000 shared-memory segments
+ * are not the point here.
+ */
+#define _GNU_SOURCE
+#include "pscom_testutil.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NCLIENTS   8
+#define PER_CLIENT 125
+#define TOTAL      (NCLIENTS * PER_CLIENT)
+#define MSGLEN     1500
+#define PINGS      2000
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    TU_ASSERT_NOT_NULL(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static uint32_t wait_signal_progress(tu_ctx_t *ctx, int peer)
+{
+    int fd = ctx->rank == TU_SERVER ? ctx->ctl[peer] : ctx->ctl[0];
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) return tu_wait_signal(ctx, peer);
+        if (!pscom_test_any()) {
+            p.revents = 0;
+            poll(&p, 1, 1);
+        }
+    }
+}
+
+static uint32_t seed_of(uint32_t rank, uint32_t i)
+{
+    return rank * 100003u + i * 7u + 1u;
+}
+
+static int server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, s);
+    int fds0 = count_fds();
+
+    char *buf = tu_malloc(MSGLEN);
+    pscom_connection_t *ping_con = NULL;
+    for (int n = 0; n < TOTAL; n++) {
+        uint32_t id[2];
+        pscom_request_t *req = pscom_request_create(sizeof(id), 0);
+        req->socket          = s;
+        req->xheader_len     = sizeof(id);
+        req->data_len        = MSGLEN;
+        req->data            = buf;
+        pscom_post_recv(req);
+        pscom_wait(req);
+        TU_ASSERT_SUCCESSFUL(req);
+        memcpy(id, (const void *)&req->xheader, sizeof(id));
+        TU_ASSERT(id[0] >= 1 && id[0] <= NCLIENTS && id[1] < PER_CLIENT);
+        TU_ASSERT_EQ(req->header.data_len, MSGLEN);
+        TU_ASSERT_PATTERN(buf, MSGLEN, seed_of(id[0], id[1]));
+        pscom_connection_t *from = req->connection;
+        pscom_request_free(req);
+        /* answer with the pattern of the reversed id */
+        tu_fill(buf, MSGLEN, seed_of(id[1], id[0]));
+        pscom_send(from, id, sizeof(id), buf, MSGLEN);
+        if (id[0] == 1 && id[1] == 0) ping_con = from;
+    }
+    int listed = 0;
+    for (pscom_connection_t *c = pscom_get_next_connection(s, NULL); c;
+         c = pscom_get_next_connection(s, c)) {
+        TU_ASSERT_EQ(c->state, PSCOM_CON_STATE_RW);
+        listed++;
+    }
+    TU_ASSERT_EQ(listed, TOTAL);
+    tu_log("%d connections on one socket, %d open fds (%d before)", listed, count_fds(), fds0);
+
+    /* ping-pong on one connection while 999 idle */
+    TU_ASSERT_NOT_NULL(ping_con);
+    for (int c = 1; c <= NCLIENTS; c++) TU_ASSERT_EQ(wait_signal_progress(ctx, c), 1);
+    tu_signal(ctx, 1, 2);
+    for (int i = 0; i < PINGS; i++) {
+        uint32_t v;
+        TU_ASSERT_OK(pscom_recv(ping_con, NULL, NULL, 0, &v, sizeof(v)));
+        TU_ASSERT_EQ(v, (uint32_t)i);
+        pscom_send(ping_con, NULL, 0, &v, sizeof(v));
+    }
+
+    /* everybody closes; our fds go back to where they were */
+    for (int c = 1; c <= NCLIENTS; c++) tu_signal(ctx, c, 3);
+    pscom_connection_t *c;
+    while ((c = pscom_get_next_connection(s, NULL))) pscom_close_connection(c);
+    double t0 = now_ms();
+    while (count_fds() > fds0 && now_ms() - t0 < 20000) {
+        if (!pscom_test_any()) poll(NULL, 0, 1);
+    }
+    TU_ASSERT_MSG(count_fds() == fds0, "%d open fds after closing everything, %d before",
+                  count_fds(), fds0);
+    for (int k = 1; k <= NCLIENTS; k++) tu_wait_peer_exit(ctx, k);
+    pscom_close_socket(s);
+    free(buf);
+    return 0;
+}
+
+static int client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    const char *ep    = tu_client_get_ep(ctx);
+    pscom_connection_t *cons[PER_CLIENT];
+    char *buf = tu_malloc(MSGLEN);
+    for (uint32_t i = 0; i < PER_CLIENT; i++) {
+        cons[i] = pscom_open_connection(s);
+        TU_ASSERT_OK(pscom_connect(cons[i], ep, 0, PSCOM_CON_FLAG_DIRECT));
+        uint32_t id[2] = {(uint32_t)ctx->rank, i};
+        tu_fill(buf, MSGLEN, seed_of(id[0], id[1]));
+        pscom_send(cons[i], id, sizeof(id), buf, MSGLEN);
+    }
+    for (uint32_t i = 0; i < PER_CLIENT; i++) {
+        uint32_t id[2];
+        TU_ASSERT_OK(pscom_recv(cons[i], NULL, id, sizeof(id), buf, MSGLEN));
+        TU_ASSERT_EQ(id[0], (uint32_t)ctx->rank);
+        TU_ASSERT_EQ(id[1], i);
+        TU_ASSERT_PATTERN(buf, MSGLEN, seed_of(i, (uint32_t)ctx->rank));
+    }
+    tu_signal(ctx, TU_SERVER, 1);
+    uint32_t what = wait_signal_progress(ctx, TU_SERVER);
+    if (what == 2) {
+        double t0 = now_ms();
+        for (uint32_t i = 0; i < PINGS; i++) {
+            uint32_t v = i;
+            pscom_send(cons[0], NULL, 0, &v, sizeof(v));
+            TU_ASSERT_OK(pscom_recv(cons[0], NULL, NULL, 0, &v, sizeof(v)));
+            TU_ASSERT_EQ(v, i);
+        }
+        double dt = now_ms() - t0;
+        tu_log("%d round trips on one connection with %d idle ones on the server: %.1f us each",
+               PINGS, TOTAL - 1, dt * 1e3 / PINGS);
+        what = wait_signal_progress(ctx, TU_SERVER);
+    }
+    TU_ASSERT_EQ(what, 3);
+    free(buf);
+    pscom_close_socket(s);
+    return 0;
+}
+
+int main(void)
+{
+    setenv("PSP_SHM", "0", 0);
+    setenv("PSP_UCP", "0", 0);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < TOTAL + 100) {
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < TOTAL + 100) {
+            printf("SKIP: RLIMIT_NOFILE hard limit %llu < %d\n", (unsigned long long)rl.rlim_max,
+                   TOTAL + 100);
+            return 77;
+        }
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? TOTAL + 1000 : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            printf("SKIP: cannot raise RLIMIT_NOFILE\n");
+            return 77;
+        }
+    }
+    return tu_run("many_cons", NCLIENTS, server, client, NULL);
+}
