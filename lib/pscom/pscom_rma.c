@@ -243,9 +243,19 @@ static void put_like(pscom_request_t *r, uint8_t type, uint8_t done_type)
     if (done_type && has_cap(con, PSCOM_PLUGIN_CAP_RMA_WRITE) &&
         con->transport->ops->rma_write(con, r->data, (uint64_t)(uintptr_t)r->rma.target_addr,
                                        r->data_len) == 0) {
-        /* data is there: only tell the target, for its callback */
-        pscom_req_t *note = pscom_ctrl_create(done_type, &r->xheader, r->xheader_len, 0);
-        if (note) pscom_con_send_ctrl(con, note);
+        /* data is there: only tell the target, for its callback. The
+         * length (which the target's request shows as data_len) follows
+         * the xheader: 8 bytes, little-endian. */
+        size_t xl = r->xheader_len;
+        char *xh  = malloc(xl + 8);
+        if (xh) {
+            uint64_t len = htole64(r->data_len);
+            memcpy(xh, &r->xheader, xl);
+            memcpy(xh + xl, &len, 8);
+            pscom_req_t *note = pscom_ctrl_create(done_type, xh, xl + 8, 0);
+            free(xh);
+            if (note) pscom_con_send_ctrl(con, note);
+        }
         pscom_req_complete(req);
         goto out;
     }
@@ -439,16 +449,16 @@ static void passive_done(pscom_request_t *request)
     unlock_keep_queue();
 }
 
-/* A target-side request with a copy of header+xheader and temp bytes of
- * scratch space (req->data when temp > 0). */
-static pscom_req_t *passive_create(pscom_con_t *con, pscom_header_net_t *hn, size_t temp,
-                                   uint64_t memh_id, int op)
+/* A target-side request with a copy of the header and the first xlen bytes
+ * of the xheader, and temp bytes of scratch space (req->data when temp > 0). */
+static pscom_req_t *passive_create(pscom_con_t *con, pscom_header_net_t *hn, size_t xlen,
+                                   size_t temp, uint64_t memh_id, int op)
 {
-    size_t xlen    = hn->xheader_len;
     pscom_req_t *p = pscom_req_create(xlen, PASSIVE_HDR + temp);
     if (!p) return NULL;
     memcpy(&p->pub.header, hn, sizeof(*hn) + xlen);
-    p->pub.xheader_len = xlen;
+    p->pub.header.xheader_len = (uint16_t)xlen;
+    p->pub.xheader_len        = xlen;
     p->pub.connection  = &con->pub;
     p->pub.socket      = &con->sock->pub;
     p->pub.state   = PSCOM_REQ_STATE_RMA_WRITE_REQUEST | PSCOM_REQ_STATE_PASSIVE_SIDE;
@@ -523,13 +533,20 @@ static int recv_put(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **reqp
     memcpy(&c, hn->xheader, sizeof(c));
     uint64_t dest = (uint64_t)(uintptr_t)c.dest, id = (uint64_t)(uintptr_t)c.memh;
     uint64_t len  = hn->data_len;
+    size_t xlen   = hn->xheader_len;
+    if (direct) { /* PUT_DONE: the length follows the xheader */
+        if (xlen < sizeof(c) + 8) return -1;
+        xlen -= 8;
+        memcpy(&len, (char *)hn->xheader + xlen, 8);
+        len = le64toh(len);
+    }
     struct PSCOM_memh *m = memh_find(id);
-    if (!m || (!direct && !in_range((uint64_t)(uintptr_t)m->addr, m->len, dest, len))) {
+    if (!m || !in_range((uint64_t)(uintptr_t)m->addr, m->len, dest, len)) {
         log_bad(con, op == PSCOM_RMA_PUT ? "put" : "accumulate", dest, len);
         return 0;
     }
     int temp       = op == PSCOM_RMA_ACCUMULATE;
-    pscom_req_t *p = passive_create(con, hn, temp ? (size_t)len : 0, id, op);
+    pscom_req_t *p = passive_create(con, hn, xlen, temp ? (size_t)len : 0, id, op);
     if (!p) return 0;
     if (!temp) {
         p->pub.data     = (void *)(uintptr_t)dest; /* straight into the region */
@@ -547,7 +564,8 @@ static void answer_get(pscom_con_t *con, pscom_header_net_t *hn, int direct)
     struct PSCOM_memh *m = memh_find(memh_id);
     int ok = m && in_range((uint64_t)(uintptr_t)m->addr, m->len, src, c.src_len);
     if (!ok) log_bad(con, "get", src, c.src_len);
-    pscom_req_t *p = ok ? passive_create(con, hn, 0, memh_id, PSCOM_RMA_GET) : NULL;
+    pscom_req_t *p =
+        ok ? passive_create(con, hn, hn->xheader_len, 0, memh_id, PSCOM_RMA_GET) : NULL;
     if (direct) {
         if (p) pscom_req_complete(p); /* data was read directly: callback only */
         return;
@@ -607,7 +625,7 @@ static int recv_atomic(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **r
         send_answer(con, rep, (uint64_t)(uintptr_t)c.id, 1, NULL, 0, 0, NULL);
         return 0;
     }
-    pscom_req_t *p = passive_create(con, hn, (size_t)want, memh_id, op);
+    pscom_req_t *p = passive_create(con, hn, hn->xheader_len, (size_t)want, memh_id, op);
     if (!p) {
         send_answer(con, rep, (uint64_t)(uintptr_t)c.id, 1, NULL, 0, 0, NULL);
         return 0;
@@ -659,7 +677,7 @@ static int recv_legacy_write(pscom_con_t *con, pscom_header_net_t *hn, pscom_req
         log_bad(con, "write", dest, hn->data_len);
         return 0;
     }
-    pscom_req_t *p = passive_create(con, hn, 0, 0, 0);
+    pscom_req_t *p = passive_create(con, hn, hn->xheader_len, 0, 0, 0);
     if (!p) return 0;
     p->pub.data     = w.dest;
     p->pub.data_len = hn->data_len;

@@ -35,7 +35,9 @@
  *    at the target and no callback runs.
  *  - After the target deregistered the window, a get and a fetch_op with
  *    the old rkey end with ERROR (the target refuses them); a put completes
- *    locally but does not touch the memory and runs no callback.
+ *    locally but does not touch the memory and runs no callback. (A
+ *    transport with CAP_RMA_READ/WRITE would move put/get data directly and
+ *    could not refuse; none of the tested transports declares them.)
  *  - Local API corner cases: NULL/0 registration, NULL memh, NULL rkey
  *    buffer, NULL handles for the release/destroy/deregister calls, no
  *    intra-job socket.
