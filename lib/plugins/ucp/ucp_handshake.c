@@ -203,16 +203,51 @@ static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
     ucp_req_release(request);
 }
 
+typedef struct ep_later {
+    struct ep_later *next;
+    ucp_ep_h ep;
+    int force;
+} ep_later_t;
+static ep_later_t *eps_later;
+
+static void ep_close_now(ucp_ep_h ep, int force);
+
+/* Endpoints whose close came from inside a UCX callback (see ep_close). */
+void ucp_ep_close_deferred(void)
+{
+    while (eps_later) {
+        ep_later_t *l = eps_later;
+        eps_later     = l->next;
+        ep_close_now(l->ep, l->force);
+        free(l);
+    }
+}
+
 static void ep_close(ucp_con_t *uc, int force)
 {
-    if (!uc->ep) return;
+    ucp_ep_h ep = uc->ep;
+    if (!ep) return;
+    uc->ep = NULL;
+    if (ucp_g.in_cb) { /* not from inside UCX: later, from the poller */
+        ep_later_t *l = malloc(sizeof(*l));
+        if (l) {
+            *l        = (ep_later_t){.next = eps_later, .ep = ep, .force = force};
+            eps_later = l;
+            ucp_wake();
+            return;
+        }
+    }
+    ep_close_now(ep, force);
+}
+
+static void ep_close_now(ucp_ep_h ep, int force)
+{
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
         .cb.send      = ep_close_cb,
         .flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
     };
-    ucs_status_ptr_t st = ucp_ep_close_nbx(uc->ep, &p);
-    uc->ep = NULL;
+    ucs_status_ptr_t st = ucp_ep_close_nbx(ep, &p);
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_track(st, UCP_REQ_CLOSE, 0);
         ucp_wake();

@@ -91,11 +91,16 @@ typedef struct ucp_req {
     ucp_partial_t *partial;  /* DATA/DISCARD through the generic datatype */
 } ucp_req_t;
 
-/* Generic datatype state: keep the first `keep` bytes at dst, drop the rest. */
+/* Generic datatype state (ucp_recv.c). partial: keep the first `keep`
+ * bytes at dst, drop the rest; stream: hand each piece to the core. */
 struct ucp_partial {
     char *dst;
     size_t keep;
     size_t total;
+    uint64_t con_id; /* stream: the receiving connection */
+    size_t done;     /* stream: bytes handed over in order */
+    char *reorder;   /* stream: pieces after one that came out of order */
+    int stream;
 };
 
 /* ---- connections ---------------------------------------------------------------- */
@@ -158,7 +163,9 @@ typedef struct ucp_global {
     ucp_worker_h worker;
     ucp_address_t *addr;
     size_t addr_len;
-    ucp_datatype_t dt_partial; /* generic datatype of ucp_partial_t */
+    ucp_datatype_t dt_partial; /* generic datatypes of ucp_partial_t */
+    ucp_datatype_t dt_stream;
+    int in_cb;                 /* inside a UCX callback that calls the core */
     int init_failed;           /* do not try again */
     pscom_ufd_t efd;           /* worker event fd, in the core's epoll set */
     pscom_poller_t poller;
@@ -216,6 +223,8 @@ void ucp_con_close(pscom_con_t *con);
  * receive) to the core once the messages that arrived before it are in.
  * Returns 1 when done with it, 0 to be asked again. */
 int ucp_con_check_failed(ucp_con_t *uc);
+/* endpoint closes that had to wait until we were out of a UCX callback */
+void ucp_ep_close_deferred(void);
 /* read the handshake socket: goodbye byte, or EOF (sets sock_dead) */
 void ucp_sock_poll(ucp_con_t *uc);
 
@@ -238,7 +247,6 @@ void ucp_rx_pump(ucp_con_t *uc);
 void ucp_rx_close(ucp_con_t *uc);
 /* receive and drop a message */
 void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
-extern const ucp_generic_dt_ops_t ucp_partial_ops;
-void ucp_rx_fini(void); /* free cached buffers */
+extern const ucp_generic_dt_ops_t ucp_partial_ops, ucp_stream_ops;
 
 #endif /* UCP_PRIV_H */

@@ -88,9 +88,13 @@ static ucp_partial_t *partial_new(char *dst, size_t keep, size_t total)
 {
     ucp_partial_t *p = malloc(sizeof(*p));
     if (!p) return NULL;
-    p->dst   = dst;
-    p->keep  = keep;
-    p->total = total;
+    p->dst     = dst;
+    p->keep    = keep;
+    p->total   = total;
+    p->con_id  = 0;
+    p->done    = 0;
+    p->reorder = NULL;
+    p->stream  = 0;
     return p;
 }
 
@@ -203,48 +207,81 @@ static int data_done(ucp_con_t *uc, size_t len, size_t keep)
     return 0;
 }
 
-/* Bounce buffers for DATA: one spare is kept for reuse (up to BOUNCE_KEEP
- * bytes), so that a stream of large messages does not map fresh pages for
- * every one. */
-#define BOUNCE_KEEP (16u << 20)
-static char *spare;
-static size_t spare_cap;
+/* ---- generic datatype: stream into the core ------------------------------------ */
 
-static char *bounce_get(size_t len)
+/*
+ * Without a pinned buffer (see post_data), DATA is received through this
+ * datatype: each piece UCX unpacks is copied at once into wherever
+ * pscom_read_get_buf() points at that moment and reported with
+ * pscom_read_done(), exactly like a stream transport does. Between two
+ * pieces the core may move the target (a receive matched the unexpected
+ * message, or the user closed the connection); it never sees bytes that
+ * were not handed over synchronously. Costs one copy, needs no memory.
+ *
+ * Core calls from inside a UCX callback: only pscom_read_get_buf() and
+ * pscom_read_done() of a message's payload, which cannot end the
+ * connection (only EOF and protocol errors do, both at message starts).
+ * Sends that the core queues meanwhile (control messages) are posted by
+ * the poller afterwards (ucp_g.in_cb, see ucp_write_start).
+ *
+ * UCX delivers the pieces of a message in order over one lane; if one
+ * comes out of order anyway, the rest of the message is collected in a
+ * buffer and handed over on completion.
+ */
+static void *st_start_unpack(void *context, void *buffer, size_t count)
 {
-    if (spare && spare_cap >= len) {
-        char *b = spare;
-        spare   = NULL;
-        return b;
+    return buffer; /* the ucp_partial_t */
+}
+
+static void stream_to_core(ucp_con_t *uc, const char *src, size_t len)
+{
+    ucp_g.in_cb++;
+    while (len && !uc->closed) {
+        char *b;
+        size_t n;
+        pscom_read_get_buf(uc->con, &b, &n);
+        if (n > len) n = len;
+        memcpy(b, src, n);
+        src += n;
+        len -= n;
+        if (read_done(uc, n)) break;
     }
-    return malloc(len);
+    ucp_g.in_cb--;
 }
 
-static void bounce_put(char *b, size_t cap)
+static ucs_status_t st_unpack(void *state, size_t offset, const void *src, size_t length)
 {
-    if (!b) return;
-    if (cap <= BOUNCE_KEEP && (!spare || spare_cap < cap)) {
-        free(spare);
-        spare     = b;
-        spare_cap = cap;
-        return;
+    ucp_partial_t *p = state;
+    if (p->reorder || offset != p->done) {
+        if (!p->reorder) {
+            p->reorder = malloc(p->total);
+            if (!p->reorder) return UCS_ERR_NO_MEMORY;
+        }
+        memcpy(p->reorder + offset, src, length);
+        return UCS_OK;
     }
-    free(b);
+    p->done += length;
+    ucp_con_t *uc = ucp_con_lookup(p->con_id);
+    if (uc && !uc->closed) stream_to_core(uc, src, length);
+    return UCS_OK;
 }
 
-void ucp_rx_fini(void)
-{
-    free(spare);
-    spare     = NULL;
-    spare_cap = 0;
-}
+const ucp_generic_dt_ops_t ucp_stream_ops = {
+    .start_pack   = pt_start_pack,
+    .start_unpack = st_start_unpack,
+    .packed_size  = pt_packed_size,
+    .pack         = pt_pack,
+    .unpack       = st_unpack,
+    .finish       = pt_finish,
+};
 
-/* A DATA message of len bytes arrived in a bounce buffer: hand it over
- * (the core stores what the receiver takes and drops the rest). */
-static int data_fed(ucp_con_t *uc, const char *buf, size_t len)
+/* The DATA receive through the stream datatype completed. */
+static int stream_done(ucp_con_t *uc, ucp_partial_t *p)
 {
     uc->rx_data_len = 0;
-    return feed(uc, buf, len);
+    if (p->reorder && !uc->closed) /* the pieces after the first one out of order */
+        stream_to_core(uc, p->reorder + p->done, p->total - p->done);
+    return uc->closed;
 }
 
 /*
@@ -254,14 +291,14 @@ static int data_fed(ucp_con_t *uc, const char *buf, size_t len)
  * core call for this connection. If the message was unexpected, a
  * pscom_post_recv() that matches it while UCX is still writing copies
  * what arrived so far and frees that buffer, and pscom_close_connection()
- * frees it too. So UCX writes directly only where that cannot happen:
- *  - a truncated receive (a posted receive shorter than the message: it
- *    cannot be an unexpected one, those are as long as the message) or no
- *    receiver at all (the core's scratch buffer): the generic datatype
- *    keeps the stored part and drops the rest;
+ * frees it too. So UCX writes directly (zero copy) only where that cannot
+ * happen:
  *  - with PSCOM_PLUGIN_HAS_READ_PIN (the core keeps the buffer in place
- *    until pscom_read_done()), every receive.
- * Otherwise the payload goes through a bounce buffer and pscom_read_feed().
+ *    until pscom_read_done()), every receive;
+ *  - a truncated receive (a posted receive shorter than the message; an
+ *    unexpected one is as long as the message) or none at all (the core's
+ *    scratch buffer): the partial datatype keeps the stored part.
+ * Otherwise the payload is streamed into the core (see above).
  */
 static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
 {
@@ -273,26 +310,25 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
         .cb.recv      = recv_cb,
     };
     ucp_partial_t *p = NULL;
-    char *bounce     = NULL;
     void *dst        = buf;
     size_t count     = len;
     size_t keep      = len;
-    if (blen < len) { /* truncated, or dropped: keep what fits */
-        keep = blen;
-        p    = partial_new(buf, blen, len);
+    if (blen < len || !UCP_READ_PIN) {
+        p = partial_new(buf, blen < len ? blen : len, len);
         if (!p) goto nomem;
+        p->con_id = uc->id;
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-        prm.datatype = ucp_g.dt_partial;
-        dst          = p;
-        count        = 1;
-    } else {
-        if (UCP_READ_PIN) {
-            pscom_read_pin(uc->con);
+        if (blen < len) { /* truncated, or dropped: keep what fits */
+            keep         = blen;
+            prm.datatype = ucp_g.dt_partial;
         } else {
-            bounce = bounce_get(len);
-            if (!bounce) goto nomem;
-            dst = bounce;
+            p->stream    = 1;
+            prm.datatype = ucp_g.dt_stream;
         }
+        dst   = p;
+        count = 1;
+    } else {
+        pscom_read_pin(uc->con);
     }
     ucs_status_ptr_t st = ucp_tag_msg_recv_nbx(ucp_g.worker, dst, count, msg, &prm);
     if (UCS_PTR_IS_PTR(st)) {
@@ -301,21 +337,22 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
         r->len     = len;
         r->slot    = (unsigned)keep;
         r->partial = p;
-        r->buf     = bounce; /* the bounce buffer goes with the request */
         uc->rx_req = r;
         ucp_g.rx_inflight++;
         ucp_wake();
         return 0;
     }
-    free(p);
+    int stopped;
     if (UCS_PTR_STATUS(st) != UCS_OK) {
-        free(bounce);
         rx_fail(uc, "receive", UCS_PTR_STATUS(st));
-        return 1;
+        stopped = 1;
+    } else if (p && p->stream) {
+        stopped = stream_done(uc, p);
+    } else {
+        stopped = data_done(uc, len, keep);
     }
-    if (!bounce) return data_done(uc, len, keep);
-    int stopped = data_fed(uc, bounce, len);
-    bounce_put(bounce, len);
+    if (p) free(p->reorder);
+    free(p);
     return stopped;
 nomem:
     ucp_rx_discard(msg, &(ucp_tag_recv_info_t){.length = len});
@@ -449,12 +486,13 @@ void ucp_rx_pump(ucp_con_t *uc)
                 } else {
                     free(buf);
                 }
-            } else if (r->buf) { /* DATA through a bounce buffer */
-                char *buf = r->buf;
-                r->buf    = NULL;
+            } else if (r->partial && r->partial->stream) { /* DATA streamed */
+                ucp_partial_t *p = r->partial;
+                r->partial       = NULL;
                 ucp_req_release(r);
-                stopped = data_fed(uc, buf, len);
-                bounce_put(buf, len);
+                stopped = stream_done(uc, p);
+                free(p->reorder);
+                free(p);
             } else { /* DATA written in place; kind holds the stored part */
                 ucp_req_release(r);
                 stopped = data_done(uc, len, kind);
@@ -491,6 +529,8 @@ void ucp_rx_close(ucp_con_t *uc)
         ucp_g.rx_inflight--;
         if (r->completed) {
             ucp_req_release(r);
+        } else if (ucp_g.in_cb) {
+            /* inside this request's own callback: recv_cb frees it */
         } else {
             /* completes later (cancelled, or when UCX is done with the
              * buffer); recv_cb finds the connection gone and frees it */
