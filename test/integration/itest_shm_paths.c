@@ -8,12 +8,16 @@
  *           (process_vm_readv, the sender helping with process_vm_writev);
  *   ring  : PSP_SHM_CMA=0: every message is pipelined through the ring;
  *   eager : PSP_SHM_RENDEZVOUS=inf: the ring as well, with cross-memory
- *           attach available.
+ *           attach available;
+ *   tiny  : PSP_SHM_CMA=0 and the smallest ring (16 KiB, 8 KiB packets):
+ *           wrap-around, a full ring and messages of many packets all the
+ *           time.
  *
  * In each mode:
  *  - the path is the expected one: a 256 KiB send to a peer that is out of
  *    pscom stays pending with single copy (it ends with the receiver's ACK)
- *    and completes at once through the (1 MiB) ring;
+ *    and completes at once through the 1 MiB ring (not through the tiny
+ *    one);
  *  - the segments are gone from /dev/shm once the connection is up;
  *  - 0 B .. 64 MiB both ways, with the receive posted before the message
  *    arrives and after (unexpected), content and lengths checked;
@@ -121,9 +125,10 @@ static void assert_no_segments(pid_t a, pid_t b)
     closedir(d);
 }
 
-static int single_copy_mode(void)
+/* must a 256 KiB send wait for the receiver? */
+static int send_waits(void)
 {
-    return !strcmp(mode, "cma");
+    return !strcmp(mode, "cma") || !strcmp(mode, "tiny");
 }
 
 /* ---- client -------------------------------------------------------------------- */
@@ -148,9 +153,9 @@ static int client(tu_ctx_t *ctx)
             tu_fill(sbuf, len, 77);
             pscom_request_t *s = post_send(con, 77, sbuf, len);
             for (int i = 0; i < 2000 && !pscom_req_is_done(s); i++) pscom_test_any();
-            if (single_copy_mode()) {
-                TU_ASSERT_MSG(!pscom_req_is_done(s), "single copy: the send completed before "
-                                                     "the receiver took it");
+            if (send_waits()) {
+                TU_ASSERT_MSG(!pscom_req_is_done(s), "%s: the send completed before the "
+                                                     "receiver took it", mode);
             } else {
                 TU_ASSERT_MSG(pscom_req_is_done(s), "ring: a 256 KiB send did not complete "
                                                     "into the 1 MiB ring");
@@ -375,20 +380,21 @@ static int quick_server(tu_ctx_t *ctx)
 int main(int argc, char **argv)
 {
     static const struct {
-        const char *name, *cma, *rendezvous;
+        const char *name, *cma, *rendezvous, *ring;
     } modes[] = {
-        {"cma", "1", NULL},
-        {"ring", "0", NULL},
-        {"eager", "1", "inf"},
+        {"cma", "1", NULL, "1048576"},
+        {"ring", "0", NULL, "1048576"},
+        {"eager", "1", "inf", "1048576"},
+        {"tiny", "0", NULL, "16384"},
     };
     setenv("PSP_TCP", "0", 1);
     setenv("PSP_UCP", "0", 1);
     setenv("PSP_OPENIB", "0", 1);
     setenv("PSCOM_TEST_CONTYPE", "shm", 1);
-    setenv("PSP_SHM_RING_SIZE", "1048576", 1);
     unsetenv("PSP_RENDEZVOUS");
     if (argc > 1 && !strcmp(argv[1], "contype")) {
         mode = "cma";
+        setenv("PSP_SHM_RING_SIZE", "1048576", 1);
         setenv("PSP_DEBUG_CONTYPE", "1", 1);
         return tu_run("shm_contype", 1, quick_server, quick_client, NULL);
     }
@@ -396,6 +402,7 @@ int main(int argc, char **argv)
         char name[32];
         mode = modes[m].name;
         setenv("PSP_SHM_CMA", modes[m].cma, 1);
+        setenv("PSP_SHM_RING_SIZE", modes[m].ring, 1);
         if (modes[m].rendezvous) {
             setenv("PSP_SHM_RENDEZVOUS", modes[m].rendezvous, 1);
         } else {
