@@ -66,7 +66,6 @@
 #define SHM_RING_MAX   (1u << 30)
 #define SHM_CHUNK_MIN  1024u
 #define SHM_READ_MAX   64  /* packets per connection and poll */
-#define SHM_CMA_BUDGET (512u << 10) /* single-copy bytes per connection and poll */
 #define SHM_FEED_ONCE  256 /* smaller packets go to the core in one piece */
 
 /* ---- configuration ------------------------------------------------------- */
@@ -76,6 +75,9 @@ static struct {
     unsigned cma;
     unsigned ring_size;
     unsigned chunk;
+    unsigned copy_budget;
+    unsigned copy_chunk;
+    unsigned help;
 } shm_config;
 
 static const pscom_env_entry_t shm_env[] = {
@@ -94,6 +96,16 @@ static const pscom_env_entry_t shm_env[] = {
      "largest packet in the ring in bytes; larger messages are pipelined in "
      "packets of this size (at most ring size / 2)",
      &shm_config.chunk, PSCOM_ENV_UINT, 0},
+    {"COPY_BUDGET", "524288",
+     "single copy: bytes copied per connection and progress pass (responsiveness "
+     "of pscom_test calls during a large transfer)",
+     &shm_config.copy_budget, PSCOM_ENV_UINT, PSCOM_ENV_HIDDEN},
+    {"COPY_CHUNK", "0",
+     "single copy: bytes per chunk shared between receiver and sender (0: auto)",
+     &shm_config.copy_chunk, PSCOM_ENV_UINT, PSCOM_ENV_HIDDEN},
+    {"HELP", "1",
+     "single copy: the waiting sender copies chunks into the receiver too",
+     &shm_config.help, PSCOM_ENV_UINT, PSCOM_ENV_HIDDEN},
     {NULL},
 };
 
@@ -121,6 +133,7 @@ static int shm_init(void)
         shm_config.ring_size = (unsigned)r;
     }
     if (shm_config.chunk < SHM_CHUNK_MIN) shm_config.chunk = SHM_CHUNK_MIN;
+    if (shm_config.copy_budget < 4096) shm_config.copy_budget = 4096;
     return 0;
 }
 
@@ -486,7 +499,7 @@ static int shm_peer_alive(void *arg)
 }
 
 /* Copy the data of the RNDV message being received, at most
- * SHM_CMA_BUDGET bytes per call, to wherever the core wants it
+ * PSP_SHM_COPY_BUDGET bytes per call, to wherever the core wants it
  * (pscom_read_get_buf): the matched receive buffer, or the buffer of an
  * unexpected message. The sender helps (shm_job_run). Returns -1 to stop
  * reading, 0 while the message is incomplete, 1 when it is done. */
@@ -494,7 +507,7 @@ static int shm_rndv_progress(shm_con_t *sc, int *progress)
 {
     pscom_con_t *con = sc->con;
     shm_job_t *job   = &shm_seg_hdr(&sc->rx_seg)->job;
-    size_t budget    = SHM_CMA_BUDGET;
+    size_t budget    = shm_config.copy_budget;
     int err;
 
     while (sc->rr_done < sc->rr_len) {
@@ -506,7 +519,7 @@ static int shm_rndv_progress(shm_con_t *sc, int *progress)
             if (!budget) return 0; /* more in the next poll */
             if (n > budget) n = budget;
             err = shm_job_run(job, sc->peer_pid, buf, sc->rr_src + sc->rr_done, n,
-                              shm_peer_alive, sc);
+                              shm_config.copy_chunk, shm_peer_alive, sc);
             if (err) goto failed;
             budget -= n;
         } /* else: the same buffer twice is the core's scratch for the tail of a
@@ -634,7 +647,7 @@ static int shm_help(shm_con_t *sc)
 {
     shm_job_t *job = &shm_seg_hdr(&sc->tx_seg)->job;
     uint64_t lo    = (uint64_t)(uintptr_t)sc->cur_data.iov_base;
-    ssize_t r      = shm_job_help(job, sc->peer_pid, SHM_CMA_BUDGET, lo, lo + sc->cur_data.iov_len);
+    ssize_t r      = shm_job_help(job, sc->peer_pid, shm_config.copy_budget, lo, lo + sc->cur_data.iov_len);
     if (r < 0) {
         plog_dbg("%s: shm: process_vm_writev failed (%s); leaving the copy to the receiver",
                  pscom_con_name(sc->con), strerror((int)-r));
@@ -705,7 +718,7 @@ static int shm_con_start(pscom_con_t *con, int *fd)
     }
     *fd = -1; /* ours now */
 
-    sc->help      = sc->cma;
+    sc->help      = sc->cma && shm_config.help;
     /* The core's rendezvous (matching before the transfer) stays as
      * PSP_RENDEZVOUS says; the data of any large message on the wire, its
      * RENDEZVOUS_DATA included, takes our single copy. */

@@ -151,9 +151,10 @@ ssize_t shm_job_help(shm_job_t *job, pid_t peer, size_t budget, uint64_t lo, uin
 }
 
 int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
-                int (*alive)(void *arg), void *arg)
+                size_t chunk_size, int (*alive)(void *arg), void *arg)
 {
-    uint64_t chunk = shm_job_chunk_size(len);
+    uint64_t chunk = chunk_size ? chunk_size : shm_job_chunk_size(len);
+    if (len / chunk >= SHM_JOB_MAX_CHUNKS) chunk = shm_job_chunk_size(len);
     if (len <= chunk) return shm_cma_read(peer, dst, src, len); /* nothing to share */
 
     uint64_t n = job_open(job, (uint64_t)(uintptr_t)dst, src, len, chunk);

@@ -61,12 +61,13 @@ typedef struct shm_job {
 } shm_job_t;
 
 /* Receiver: copy len bytes from the peer's address src into dst, sharing
- * the chunks with the peer if it helps. Returns when no chunk is in flight
+ * the chunks (chunk_size bytes, 0: shm_job_chunk_size()) with the peer if
+ * it helps. Returns when no chunk is in flight
  * any more (the peer no longer writes into dst), 0 or -errno. While it
  * waits for the peer's last chunk it calls alive(arg) now and then; if that
  * returns 0 (the peer process is gone) it returns -ESRCH. */
 int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
-                int (*alive)(void *arg), void *arg);
+                size_t chunk_size, int (*alive)(void *arg), void *arg);
 
 /* Sender: claim and copy chunks of the receiver's current job into the
  * peer, about budget bytes at most, only from within [lo, hi) of our memory
