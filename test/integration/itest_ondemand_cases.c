@@ -4,8 +4,9 @@
  * one socket; tu_open_socket() names them "server" and "client01", so the
  * client has the lower name: it connects, the server asks it to connect
  * back. Short watchdog and retry settings keep the failure cases quick:
- * PSP_RETRY=2, PSP_PRECON_TCP_RECONNECT_TIMEOUT=50 (ms),
- * PSP_PRECON_TCP_CONNECT_STALLED_MAX=2.
+ * PSP_RETRY=2, PSP_PRECON_TCP_RECONNECT_TIMEOUT=100 (ms),
+ * PSP_PRECON_TCP_CONNECT_STALLED_MAX=3 (a stall window of 300 ms: wide
+ * enough for the connections that must succeed on a loaded machine).
  *
  * "stop_listen": both create on-demand connections, then the server calls
  *   pscom_stop_listen and the client pscom_suspend_listen. The server (the
@@ -431,8 +432,8 @@ int main(void)
      * message sizes (seen at 7395e3d without this test's library changes) */
     setenv("PSP_UCP", "0", 0);
     setenv("PSP_RETRY", "2", 0);
-    setenv("PSP_PRECON_TCP_RECONNECT_TIMEOUT", "50", 0);
-    setenv("PSP_PRECON_TCP_CONNECT_STALLED_MAX", "2", 0);
+    setenv("PSP_PRECON_TCP_RECONNECT_TIMEOUT", "100", 0);
+    setenv("PSP_PRECON_TCP_CONNECT_STALLED_MAX", "3", 0);
     int rc = 0;
     rc |= tu_run("od_stop_listen", 1, stop_server, stop_client, NULL);
     rc |= tu_run("od_refused", 1, refused_server, refused_client, NULL);
