@@ -1,0 +1,210 @@
+/*
+ * itest_rma_loopback: RMA and rendezvous on a connection of a socket to
+ * itself (spec 3.7 #8: connecting to itself must work; an MPI rank's window
+ * is also reachable through its connection to itself). One process,
+ * PSP_RENDEZVOUS=65536.
+ *
+ *  - the rkey buffer travels over the loopback connection itself;
+ *  - put, get, accumulate, get_accumulate, fetch_op, compare_swap once
+ *    each: data, results and one target callback per operation;
+ *  - a 1 MiB rendezvous message to itself, receive posted before and after.
+ *
+ * Loopback delivers synchronously inside the send: every operation that
+ * answers (get, the atomics, the rendezvous CTS) is re-entered from its own
+ * delivery, which is what this test is about.
+ */
+#include "pscom_testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define WIN 65536
+
+static unsigned char win[WIN];
+static int cb[PSCOM_RMA_OP_COUNT];
+
+static void cb_count(pscom_request_t *req)
+{
+    (void)req;
+}
+
+static void cb_put(pscom_request_t *req)
+{
+    cb_count(req);
+    cb[PSCOM_RMA_PUT]++;
+}
+
+static void cb_get(pscom_request_t *req)
+{
+    cb_count(req);
+    cb[PSCOM_RMA_GET]++;
+}
+
+static void add8(void *dst, const void *src)
+{
+    uint64_t a, b;
+    memcpy(&a, dst, 8);
+    memcpy(&b, src, 8);
+    a += b;
+    memcpy(dst, &a, 8);
+}
+
+static void cb_acc(pscom_request_t *req)
+{
+    add8(req->xheader.rma_accumulate.common.dest, req->data);
+    cb[PSCOM_RMA_ACCUMULATE]++;
+}
+
+static void cb_gacc(pscom_request_t *req)
+{
+    add8(req->xheader.rma_get_accumulate.common.src, req->data);
+    cb[PSCOM_RMA_GET_ACCUMULATE]++;
+}
+
+static void cb_fop(pscom_request_t *req)
+{
+    add8(req->xheader.rma_fetch_op.common.src, req->data);
+    cb[PSCOM_RMA_FETCH_AND_OP]++;
+}
+
+static void cb_cas(pscom_request_t *req)
+{
+    (void)req;
+    cb[PSCOM_RMA_COMPARE_AND_SWAP]++;
+}
+
+static void rma_op(pscom_connection_t *con, pscom_rkey_t rkey, void (*post)(pscom_request_t *),
+                   size_t xlen, void *origin, void *result, void *compare, size_t off,
+                   size_t len)
+{
+    pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_t), 0);
+    TU_ASSERT_NOT_NULL(r);
+    r->connection       = con;
+    r->rma.rkey         = rkey;
+    r->rma.origin_addr  = origin;
+    r->rma.result_addr  = result;
+    r->rma.compare_addr = compare;
+    r->rma.target_addr  = win + off;
+    r->data_len         = len;
+    r->xheader_len      = xlen;
+    r->ops.io_done      = cb_count; /* not self-freeing: we look at it */
+    post(r);
+    pscom_wait(r);
+    TU_ASSERT_SUCCESSFUL(r);
+    pscom_request_free(r);
+}
+
+static uint64_t ld(size_t off)
+{
+    uint64_t v;
+    memcpy(&v, win + off, 8);
+    return v;
+}
+
+static int self(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    TU_ASSERT_OK(pscom_listen(sock, PSCOM_ANYPORT));
+    char *ep;
+    TU_ASSERT_OK(pscom_socket_get_ep_str(sock, &ep));
+    pscom_connection_t *con = pscom_open_connection(sock);
+    TU_ASSERT_NOT_NULL(con);
+    TU_ASSERT_OK(pscom_connect(con, ep, TU_SERVER, PSCOM_CON_FLAG_DIRECT));
+    pscom_socket_free_ep_str(ep);
+    TU_ASSERT_EQ(con->type, PSCOM_CON_TYPE_LOOP);
+
+    tu_fill(win, WIN, 5);
+    pscom_memh_t memh;
+    TU_ASSERT_OK(pscom_mem_register(sock, win, WIN, &memh));
+    pscom_register_rma_callbacks(cb_put, memh, PSCOM_RMA_PUT);
+    pscom_register_rma_callbacks(cb_get, memh, PSCOM_RMA_GET);
+    pscom_register_rma_callbacks(cb_acc, memh, PSCOM_RMA_ACCUMULATE);
+    pscom_register_rma_callbacks(cb_gacc, memh, PSCOM_RMA_GET_ACCUMULATE);
+    pscom_register_rma_callbacks(cb_fop, memh, PSCOM_RMA_FETCH_AND_OP);
+    pscom_register_rma_callbacks(cb_cas, memh, PSCOM_RMA_COMPARE_AND_SWAP);
+
+    /* the rkey buffer over the loopback connection */
+    void *rb;
+    size_t rl;
+    TU_ASSERT_OK(pscom_rkey_buffer_pack(&rb, &rl, memh));
+    unsigned char got[1024];
+    TU_ASSERT_LE(rl, sizeof(got));
+    pscom_send(con, NULL, 0, rb, rl);
+    TU_ASSERT_OK(pscom_recv_from(con, NULL, 0, got, rl));
+    pscom_rkey_buffer_release(rb);
+    pscom_rkey_t rkey;
+    TU_ASSERT_OK(pscom_rkey_generate(con, got, rl, &rkey));
+
+    unsigned char src[4096], dst[4096];
+    tu_fill(src, sizeof(src), 77);
+    rma_op(con, rkey, pscom_post_rma_put, sizeof(pscom_xheader_rma_put_t), src, NULL, NULL, 100,
+           sizeof(src));
+    pscom_test_any(); /* the target side of a loopback put may finish later */
+    TU_ASSERT_PATTERN(win + 100, sizeof(src), 77);
+
+    memset(dst, 0, sizeof(dst));
+    rma_op(con, rkey, pscom_post_rma_get, sizeof(pscom_xheader_rma_get_t), dst, NULL, NULL, 100,
+           sizeof(dst));
+    TU_ASSERT_PATTERN(dst, sizeof(dst), 77);
+
+    uint64_t v = 5, res = 0, cmp;
+    size_t a   = 8192;
+    uint64_t a0 = ld(a);
+    rma_op(con, rkey, pscom_post_rma_accumulate, sizeof(pscom_xheader_rma_accumulate_t), &v, NULL,
+           NULL, a, 8);
+    rma_op(con, rkey, pscom_post_rma_get_accumulate,
+           sizeof(pscom_xheader_rma_get_accumulate_t), &v, &res, NULL, a, 8);
+    TU_ASSERT_EQ(res, a0 + 5);
+    rma_op(con, rkey, pscom_post_rma_fetch_op, sizeof(pscom_xheader_rma_fetch_op_t), &v, &res,
+           NULL, a, 8);
+    TU_ASSERT_EQ(res, a0 + 10);
+    cmp = a0 + 15;
+    v   = 42;
+    rma_op(con, rkey, pscom_post_rma_compare_swap, sizeof(pscom_xheader_rma_compare_swap_t), &v,
+           &res, &cmp, a, 8);
+    TU_ASSERT_EQ(res, a0 + 15);
+    for (int i = 0; i < 10; i++) pscom_test_any();
+    TU_ASSERT_EQ(ld(a), 42);
+    for (int op = 0; op < PSCOM_RMA_OP_COUNT; op++) TU_ASSERT_EQ(cb[op], 1);
+
+    /* rendezvous to itself, posted before and after */
+    size_t n            = 1u << 20;
+    unsigned char *sbuf = tu_malloc(n), *rbuf = tu_malloc(n);
+    for (int k = 0; k < 2; k++) {
+        tu_fill(sbuf, n, 100 + k);
+        memset(rbuf, 0, n);
+        pscom_request_t *r = pscom_request_create(0, 0), *s = pscom_request_create(0, 0);
+        r->connection      = con;
+        r->socket          = sock;
+        r->data            = rbuf;
+        r->data_len        = n;
+        r->xheader_len     = 0;
+        if (k == 0) pscom_post_recv(r);
+        pscom_req_prepare(s, con, sbuf, n, NULL, 0);
+        pscom_post_send(s);
+        if (k == 1) pscom_post_recv(r);
+        pscom_wait(s);
+        pscom_wait(r);
+        TU_ASSERT_SUCCESSFUL(s);
+        TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
+        TU_ASSERT_SUCCESSFUL(r);
+        TU_ASSERT_PATTERN(rbuf, n, 100 + k);
+        pscom_request_free(r);
+        pscom_request_free(s);
+    }
+    free(sbuf);
+    free(rbuf);
+
+    TU_ASSERT_OK(pscom_rkey_destroy(rkey));
+    TU_ASSERT_OK(pscom_mem_deregister(memh));
+    pscom_close_connection(con);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+int main(void)
+{
+    setenv("PSP_RENDEZVOUS", "65536", 1);
+    tu_opts_t o = {.timeout = 30};
+    return tu_run("rma_loopback", 0, self, NULL, &o);
+}
