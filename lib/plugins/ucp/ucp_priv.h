@@ -248,5 +248,6 @@ void ucp_rx_close(ucp_con_t *uc);
 /* receive and drop a message */
 void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
 extern const ucp_generic_dt_ops_t ucp_partial_ops, ucp_stream_ops;
+void ucp_rx_fini(void); /* free the cached bounce buffer */
 
 #endif /* UCP_PRIV_H */

@@ -275,6 +275,63 @@ const ucp_generic_dt_ops_t ucp_stream_ops = {
     .finish       = pt_finish,
 };
 
+/* ---- bounce buffers -------------------------------------------------------------- */
+
+/*
+ * Streaming makes UCX (1.13) fall back from its zero-copy rendezvous to
+ * pipelined copies, which is slow for large messages (about 1 GB/s over
+ * shared memory at 4 MiB). Up to UCP_BOUNCE_MAX bytes, DATA therefore goes
+ * into a bounce buffer of the plugin (UCX's zero-copy protocols apply) and
+ * is copied into the core at completion: one copy, but fast. One buffer is
+ * kept for reuse, so that a stream of large messages does not fault in
+ * fresh pages every time. Larger messages are streamed (no memory of their
+ * size is needed).
+ */
+#define UCP_BOUNCE_MAX (64u << 20)
+static char *spare;
+static size_t spare_cap;
+
+static char *bounce_get(size_t len)
+{
+    if (spare && spare_cap >= len) {
+        char *b = spare;
+        spare   = NULL;
+        return b;
+    }
+    return malloc(len);
+}
+
+static void bounce_put(char *b, size_t len)
+{
+    if (!spare) {
+        spare     = b;
+        spare_cap = len;
+    } else if (spare_cap < len) {
+        free(spare);
+        spare     = b;
+        spare_cap = len;
+    } else {
+        free(b);
+    }
+}
+
+void ucp_rx_fini(void)
+{
+    free(spare);
+    spare     = NULL;
+    spare_cap = 0;
+}
+
+/* DATA arrived in a bounce buffer: hand it over (the core stores what the
+ * receiver takes and drops the rest). */
+static int bounce_done(ucp_con_t *uc, char *buf, size_t len)
+{
+    uc->rx_data_len = 0;
+    int stopped     = feed(uc, buf, len);
+    bounce_put(buf, len);
+    return stopped;
+}
+
 /* The DATA receive through the stream datatype completed. */
 static int stream_done(ucp_con_t *uc, ucp_partial_t *p)
 {
@@ -298,7 +355,8 @@ static int stream_done(ucp_con_t *uc, ucp_partial_t *p)
  *  - a truncated receive (a posted receive shorter than the message; an
  *    unexpected one is as long as the message) or none at all (the core's
  *    scratch buffer): the partial datatype keeps the stored part.
- * Otherwise the payload is streamed into the core (see above).
+ * Otherwise the payload goes through a bounce buffer, or, beyond
+ * UCP_BOUNCE_MAX, is streamed into the core (see above).
  */
 static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
 {
@@ -310,10 +368,13 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
         .cb.recv      = recv_cb,
     };
     ucp_partial_t *p = NULL;
+    char *bounce     = NULL;
     void *dst        = buf;
     size_t count     = len;
     size_t keep      = len;
-    if (blen < len || !UCP_READ_PIN) {
+    if (!UCP_READ_PIN && blen >= len && len <= UCP_BOUNCE_MAX && (bounce = bounce_get(len))) {
+        dst = bounce;
+    } else if (blen < len || !UCP_READ_PIN) {
         p = partial_new(buf, blen < len ? blen : len, len);
         if (!p) goto nomem;
         p->con_id = uc->id;
@@ -337,6 +398,7 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
         r->len     = len;
         r->slot    = (unsigned)keep;
         r->partial = p;
+        r->buf     = bounce; /* goes with the request */
         uc->rx_req = r;
         ucp_g.rx_inflight++;
         ucp_wake();
@@ -344,8 +406,11 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
     }
     int stopped;
     if (UCS_PTR_STATUS(st) != UCS_OK) {
+        free(bounce);
         rx_fail(uc, "receive", UCS_PTR_STATUS(st));
         stopped = 1;
+    } else if (bounce) {
+        stopped = bounce_done(uc, bounce, len);
     } else if (p && p->stream) {
         stopped = stream_done(uc, p);
     } else {
@@ -486,6 +551,11 @@ void ucp_rx_pump(ucp_con_t *uc)
                 } else {
                     free(buf);
                 }
+            } else if (r->buf) { /* DATA in a bounce buffer */
+                char *buf = r->buf;
+                r->buf    = NULL;
+                ucp_req_release(r);
+                stopped = bounce_done(uc, buf, len);
             } else if (r->partial && r->partial->stream) { /* DATA streamed */
                 ucp_partial_t *p = r->partial;
                 r->partial       = NULL;

@@ -372,6 +372,7 @@ void ucp_worker_fini(void)
     ucp_worker_destroy(ucp_g.worker);
     ucp_cleanup(ucp_g.ctx);
     ids_fini();
+    ucp_rx_fini();
     ucp_g.worker = NULL;
     ucp_g.ctx    = NULL;
     ucp_g.addr   = NULL;
