@@ -215,6 +215,7 @@ static void ep_close_now(ucp_ep_h ep, int force);
 /* Endpoints whose close came from inside a UCX callback (see ep_close). */
 void ucp_ep_close_deferred(void)
 {
+    ucp_g.eps_later = 0;
     while (eps_later) {
         ep_later_t *l = eps_later;
         eps_later     = l->next;
@@ -231,8 +232,9 @@ static void ep_close(ucp_con_t *uc, int force)
     if (ucp_g.in_cb) { /* not from inside UCX: later, from the poller */
         ep_later_t *l = malloc(sizeof(*l));
         if (l) {
-            *l        = (ep_later_t){.next = eps_later, .ep = ep, .force = force};
-            eps_later = l;
+            *l              = (ep_later_t){.next = eps_later, .ep = ep, .force = force};
+            eps_later       = l;
+            ucp_g.eps_later = 1;
             ucp_wake();
             return;
         }

@@ -166,6 +166,7 @@ typedef struct ucp_global {
     ucp_datatype_t dt_partial; /* generic datatypes of ucp_partial_t */
     ucp_datatype_t dt_stream;
     int in_cb;                 /* inside a UCX callback that calls the core */
+    int eps_later;             /* endpoint closes deferred (ucp_ep_close_deferred) */
     int init_failed;           /* do not try again */
     pscom_ufd_t efd;           /* worker event fd, in the core's epoll set */
     pscom_poller_t poller;

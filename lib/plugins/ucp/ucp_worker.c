@@ -209,7 +209,7 @@ static int ucp_poll(pscom_poller_t *poller)
         run_failed();
         progress = 1;
     }
-    ucp_ep_close_deferred();
+    if (ucp_g.eps_later) ucp_ep_close_deferred();
     in_poll = 0;
 
     if (progress) {
