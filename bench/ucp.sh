@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # ucp.sh - "pscom over UCX near raw UCX": pscom_pp over the ucp plugin against
-# ucx_perftest (tag_lat ping-pong, and tag_bw streaming for reference) with
-# the same UCX_TLS, run interleaved in one sitting on this host.
+# ucx_perftest (tag_lat ping-pong, and tag_bw streaming for reference) and a
+# plain UCX tag ping-pong (bench/ucp_pp.c: malloc()ed buffers, pre-posted
+# receives) with the same UCX_TLS, run interleaved in one sitting on this host.
 #
 # Usage: bench/ucp.sh [R]          (R = repetitions, default 5; or R=... in env)
 #
 # Environment:
-#   R=5            repetitions (each runs pscom_pp, tag_lat and tag_bw per size)
+#   R=5            repetitions (each runs pscom_pp, ucp_pp, tag_lat and tag_bw per size)
 #   TLS="shm tcp"  UCX transport sets to measure: shm = UCX_TLS=posix,cma,self,
 #                  tcp = UCX_TLS=tcp UCX_NET_DEVICES=lo
 #   BUILD_DIR=dir  use this (configured) build tree; default <repo>/build-bench,
@@ -52,6 +53,9 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
+
+${CC:-cc} -O2 -std=gnu11 -o "$TMP/ucp_pp" "$SCRIPT_DIR/ucp_pp.c" $(pkg-config --cflags --libs ucx) ||
+    die "building ucp_pp failed"
 
 # --- build pscom_pp and the ucp module ---------------------------------------
 if [[ -n ${PSCOM_PP:-} ]]; then
@@ -165,6 +169,21 @@ run_pscom() {
     fi
 }
 
+# the plain UCX ping-pong (it pins itself: parent cpu 0, child cpu 1)
+run_ucp_pp() {
+    local tls=$1 rep=$2 size n out
+    local -a pin=()
+    [[ $PIN == split ]] || pin=(env PP_NOPIN=1)
+    [[ $PIN == same ]] && pin+=(taskset -c 0)
+    for size in $SIZES; do
+        n=$(iters_for "$size")
+        out=$TMP/ucp_pp.$tls.$rep.$size
+        timeout 300 env $(tls_env "$tls") "${pin[@]}" "$TMP/ucp_pp" "$size" "$n" >"$out" 2>&1 ||
+            { cat "$out" >&2; die "ucp_pp failed ($tls, size $size)"; }
+        awk -v t="$tls" -v r="$rep" '$1 == "ucp_pp" { print t, "ucp_pp", r, $2, $4, $5 }' "$out" >>"$RESULTS"
+    done
+}
+
 # ucx_perftest <test> for every size (tag_bw only for the large ones)
 run_perftest() {
     local tls=$1 test=$2 rep=$3 size n w out try port lat ok
@@ -203,14 +222,16 @@ RESULTS=$TMP/results.warmup
 for ((rep = 0; rep <= R; rep++)); do
     ((rep == 1)) && RESULTS=$ALL_RESULTS
     for tls in $TLS; do
-        case $((rep % 3)) in
-        1) order="pscom tag_lat tag_bw" ;;
-        2) order="tag_lat tag_bw pscom" ;;
-        0) order="tag_bw pscom tag_lat" ;;
+        case $((rep % 4)) in
+        1) order="pscom ucp_pp tag_lat tag_bw" ;;
+        2) order="ucp_pp tag_lat tag_bw pscom" ;;
+        3) order="tag_lat tag_bw pscom ucp_pp" ;;
+        0) order="tag_bw pscom ucp_pp tag_lat" ;;
         esac
         for t in $order; do
             case $t in
             pscom) run_pscom "$tls" "$rep" ;;
+            ucp_pp) run_ucp_pp "$tls" "$rep" ;;
             *) run_perftest "$tls" "$t" "$rep" ;;
             esac
         done
@@ -236,12 +257,12 @@ median() {
 
 best() { if (($1 == 8)); then head -n 1; else tail -n 1; fi; }
 
-rep_ratios() { # rep_ratios <tls> <size>: pscom / tag_lat per repetition, sorted
+rep_ratios() { # rep_ratios <tls> <size> [raw tool]: pscom / raw per repetition, sorted
     local col
     col=$(value_col "$2")
-    awk -v t="$1" -v s="$2" -v c="$col" '
+    awk -v t="$1" -v s="$2" -v c="$col" -v raw="${3:-tag_lat}" '
         $1 == t && $4 == s && $2 == "pscom" { p[$3] = $c }
-        $1 == t && $4 == s && $2 == "tag_lat" { r[$3] = $c }
+        $1 == t && $4 == s && $2 == raw { r[$3] = $c }
         END { for (k in p) if ((k in r) && r[k] > 0) print p[k] / r[k] }' "$RESULTS" | sort -g
 }
 
@@ -252,10 +273,11 @@ for tls in $TLS; do
     echo
     echo "pscom over ucp vs ucx_perftest, $(tls_env "$tls"): $R interleaved repetitions, $PIN_DESC"
     echo "latency = half round trip in us (lower is better); bandwidth = size / half round trip in MB/s (10^6 B/s)"
-    echo "ratio = pscom / tag_lat: median of the per-repetition ratios, and best pscom / best tag_lat"
+    echo "ratio = pscom / tag_lat: median of the per-repetition ratios, and best pscom / best tag_lat;"
+    echo "pscom/ucp_pp: the same against the plain UCX ping-pong (median)"
     echo
-    printf '%-18s %19s %19s %19s %21s %8s %6s\n' "" "pscom_pp via ucp" "ucx tag_lat" "ucx tag_bw" "pscom/tag_lat" "target" ""
-    printf '%-18s %9s %9s %9s %9s %9s %9s %10s %10s %8s %6s\n' "" median best median best median best median best "" ""
+    printf '%-18s %19s %19s %19s %19s %21s %8s %6s %12s\n' "" "pscom_pp via ucp" "ucp_pp (plain)" "ucx tag_lat" "ucx tag_bw" "pscom/tag_lat" "target" "" "pscom/ucp_pp"
+    printf '%-18s %9s %9s %9s %9s %9s %9s %9s %9s %10s %10s %8s %6s %12s\n' "" median best median best median best median best median best "" "" median
     for size in $SIZES; do
         case $size in
         8) label="8 B latency [us]"; target="<= 1.15" ;;
@@ -265,7 +287,7 @@ for tls in $TLS; do
         esac
         line=$(printf '%-18s' "$label")
         declare -A med=() bst=()
-        for tool in pscom tag_lat tag_bw; do
+        for tool in pscom ucp_pp tag_lat tag_bw; do
             med[$tool]=$(values "$tls" "$tool" "$size" | median)
             bst[$tool]=$(values "$tls" "$tool" "$size" | best "$size")
             line+=$(printf ' %9s %9s' "$(fmt "${med[$tool]}")" "$(fmt "${bst[$tool]}")")
@@ -275,7 +297,8 @@ for tls in $TLS; do
         verdict=$(awk -v x="$rmed" -v s="$size" 'BEGIN {
             if (x == "nan") print "?"; else if (s == 8) print (x <= 1.15 ? "ok" : "MISS");
             else if (s == 65536) print ""; else print (x >= 0.95 ? "ok" : "MISS") }')
-        line+=$(printf ' %10s %10s %8s %6s' "$(fmt "$rmed")" "$(fmt "$rbest")" "$target" "$verdict")
+        rpp=$(rep_ratios "$tls" "$size" ucp_pp | median)
+        line+=$(printf ' %10s %10s %8s %6s %12s' "$(fmt "$rmed")" "$(fmt "$rbest")" "$target" "$verdict" "$(fmt "$rpp")")
         echo "$line"
     done
 done
