@@ -67,6 +67,7 @@
 #define SHM_CHUNK_MIN  1024u
 #define SHM_READ_MAX   64  /* packets per connection and poll */
 #define SHM_FEED_ONCE  256 /* smaller packets go to the core in one piece */
+#define SHM_PKT_FIRST  4096u /* the first packet of a long message */
 
 /* ---- configuration ------------------------------------------------------- */
 
@@ -97,8 +98,8 @@ static const pscom_env_entry_t shm_env[] = {
      "packets of this size (at most ring size / 2)",
      &shm_config.chunk, PSCOM_ENV_UINT, 0},
     {"COPY_BUDGET", "524288",
-     "single copy: bytes copied per connection and progress pass (responsiveness "
-     "of pscom_test calls during a large transfer)",
+     "single copy: bytes copied per connection and progress pass, twice that while "
+     "the sender helps (responsiveness of pscom_test calls during a large transfer)",
      &shm_config.copy_budget, PSCOM_ENV_UINT, PSCOM_ENV_HIDDEN},
     {"COPY_CHUNK", "0",
      "single copy: bytes per chunk shared between receiver and sender (0: auto)",
@@ -166,6 +167,7 @@ typedef struct shm_con {
     uint64_t rr_len;   /* data bytes */
     uint64_t rr_done;  /* ... handed to the core */
     char *rr_prev;     /* the previous piece's buffer */
+    int rr_helped;     /* the sender copied chunks of the last job */
 
     /* sending: the oldest queued message may be partly in the ring */
     shm_ring_tx_t tx;
@@ -414,7 +416,11 @@ static int shm_write(shm_con_t *sc)
         size_t hlen  = sc->cur_head.iov_len;
         size_t total = hlen + sc->cur_data.iov_len;
         size_t off   = sc->cur_off;
-        size_t n     = total - off < sc->chunk ? total - off : sc->chunk;
+        /* Packets grow from SHM_PKT_FIRST to the chunk size: the receiver
+         * starts copying out early, and long messages take few packets. */
+        size_t n = off > SHM_PKT_FIRST ? off : SHM_PKT_FIRST;
+        if (n > sc->chunk) n = sc->chunk;
+        if (n > total - off) n = total - off;
 
         shm_pkt_t *pkt = shm_ring_reserve(&sc->tx, (uint32_t)n);
         if (!pkt) {
@@ -507,7 +513,8 @@ static int shm_rndv_progress(shm_con_t *sc, int *progress)
 {
     pscom_con_t *con = sc->con;
     shm_job_t *job   = &shm_seg_hdr(&sc->rx_seg)->job;
-    size_t budget    = shm_config.copy_budget;
+    /* about the same time per call: twice the bytes while the sender helps */
+    size_t budget    = shm_config.copy_budget << (sc->rr_helped ? 1 : 0);
     int err;
 
     while (sc->rr_done < sc->rr_len) {
@@ -519,7 +526,7 @@ static int shm_rndv_progress(shm_con_t *sc, int *progress)
             if (!budget) return 0; /* more in the next poll */
             if (n > budget) n = budget;
             err = shm_job_run(job, sc->peer_pid, buf, sc->rr_src + sc->rr_done, n,
-                              shm_config.copy_chunk, shm_peer_alive, sc);
+                              shm_config.copy_chunk, shm_peer_alive, sc, &sc->rr_helped);
             if (err) goto failed;
             budget -= n;
         } /* else: the same buffer twice is the core's scratch for the tail of a

@@ -69,6 +69,7 @@ uint64_t shm_job_chunk_size(uint64_t len)
 {
     uint64_t c = len / 8;
     if (c < SHM_JOB_CHUNK_MIN) c = SHM_JOB_CHUNK_MIN;
+    if (c > (len + 1) / 2) c = (len + 1) / 2; /* small: two even halves */
     if (len / c >= SHM_JOB_MAX_CHUNKS) c = len / (SHM_JOB_MAX_CHUNKS - 1) + 1;
     return (c + 4095) & ~(uint64_t)4095;
 }
@@ -151,14 +152,15 @@ ssize_t shm_job_help(shm_job_t *job, pid_t peer, size_t budget, uint64_t lo, uin
 }
 
 int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
-                size_t chunk_size, int (*alive)(void *arg), void *arg)
+                size_t chunk_size, int (*alive)(void *arg), void *arg, int *helped)
 {
     uint64_t chunk = chunk_size ? chunk_size : shm_job_chunk_size(len);
     if (len / chunk >= SHM_JOB_MAX_CHUNKS) chunk = shm_job_chunk_size(len);
+    *helped = 0;
     if (len <= chunk) return shm_cma_read(peer, dst, src, len); /* nothing to share */
 
     uint64_t n = job_open(job, (uint64_t)(uintptr_t)dst, src, len, chunk);
-    uint64_t mine_failed = 0;
+    uint64_t mine = 0, mine_failed = 0;
     int err              = 0;
     int64_t idx;
     while ((idx = job_claim(job)) >= 0) {
@@ -171,6 +173,7 @@ int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
             break;
         }
         atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
+        mine++;
     }
     /* Wait for the chunks the peer is copying: after we return it must not
      * write into dst any more (the core may hand the buffer elsewhere). */
@@ -181,6 +184,7 @@ int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
         if (!(spins % 4096) && !alive(arg)) return -ESRCH; /* it is gone: nobody writes */
     }
     if (err) return err;
+    *helped       = mine < n;
     uint64_t redo = atomic_load_explicit(&job->redo, memory_order_relaxed);
     if (redo) {
         uint64_t off, clen;
