@@ -165,6 +165,8 @@ static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_
     ucp_con_t *uc = ucp_con_lookup(r->con_id);
     r->completed  = 1;
     r->status     = status;
+    if (status == UCS_OK && info && info->length != r->len) /* DATA received by tag */
+        r->status = UCS_ERR_MESSAGE_TRUNCATED;
     if (!uc || uc->closed || uc->rx_req != r) {
         ucp_req_release(r); /* orphaned by close */
         return;
@@ -358,6 +360,8 @@ static int stream_done(ucp_con_t *uc, ucp_partial_t *p)
  * Otherwise the payload goes through a bounce buffer, or, beyond
  * UCP_BOUNCE_MAX, is streamed into the core (see above).
  */
+/* DATA: msg is the probed message, or NULL to post the receive by its tag
+ * before it arrives (right after its HEAD). */
 static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
 {
     char *buf;
@@ -391,7 +395,17 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
     } else {
         pscom_read_pin(uc->con);
     }
-    ucs_status_ptr_t st = ucp_tag_msg_recv_nbx(ucp_g.worker, dst, count, msg, &prm);
+    ucs_status_ptr_t st;
+    ucp_tag_recv_info_t info = {.length = len};
+    if (msg) {
+        st = ucp_tag_msg_recv_nbx(ucp_g.worker, dst, count, msg, &prm);
+    } else {
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+        prm.recv_info.tag_info = &info;
+        st = ucp_tag_recv_nbx(ucp_g.worker, dst, count,
+                              ucpt_make(uc->id, UCPT_DATA, uc->rx_seq - 1), UINT64_MAX, &prm);
+        if (!UCS_PTR_IS_ERR(st) && !st && info.length != len) st = UCS_STATUS_PTR(UCS_ERR_MESSAGE_TRUNCATED);
+    }
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_DATA, uc->id);
@@ -465,6 +479,17 @@ static int post_msg(ucp_con_t *uc, ucp_tag_message_h msg, size_t len, unsigned k
     return deliver(uc, uc->rxbuf, len, kind);
 }
 
+/* A HEAD was delivered: unless its DATA was taken from UCX already (then it
+ * waits in the stash), post the receive for it by tag now, so that UCX can
+ * put the payload in place as it arrives instead of buffering it as an
+ * unexpected message first. */
+static int data_early(ucp_con_t *uc)
+{
+    if (!uc->rx_data_len || uc->rx_req || uc->closed || !pscom_list_empty(&uc->stash)) return 0;
+    uc->rx_seq++;
+    return post_data(uc, NULL, uc->rx_data_len);
+}
+
 /* The next message of the connection, in order. Returns 1 if the
  * connection stopped reading. */
 static int rx_handle(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
@@ -484,7 +509,8 @@ static int rx_handle(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_in
     }
     uc->rx_seq++;
     if (kind == UCPT_DATA) return post_data(uc, msg, info->length);
-    return post_msg(uc, msg, info->length, kind);
+    if (post_msg(uc, msg, info->length, kind)) return 1;
+    return data_early(uc);
 }
 
 static void stash(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
@@ -551,6 +577,7 @@ void ucp_rx_pump(ucp_con_t *uc)
                 } else {
                     free(buf);
                 }
+                if (!stopped) stopped = data_early(uc);
             } else if (r->buf) { /* DATA in a bounce buffer */
                 char *buf = r->buf;
                 r->buf    = NULL;

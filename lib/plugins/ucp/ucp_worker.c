@@ -4,12 +4,13 @@
  * ucp_worker_progress(), takes arrived messages with ucp_tag_probe_nb()
  * and works through the connections that have something to do.
  *
- * Sleeping: the worker's event fd sits in the core's epoll set. When the
- * poller has found nothing to do for UCP_ARM_IDLE_US and none of our UCX
- * operations is in flight, it arms the worker (ucp_worker_arm() == UCS_OK)
- * and removes itself, so that a blocking wait of the core sleeps in the
- * kernel instead of napping 1 ms at a time. The event fd brings it back;
- * so does every operation we post (ucp_wake()).
+ * Sleeping: when the poller has found nothing to do for UCP_ARM_IDLE_US
+ * and none of our UCX operations is in flight, it arms the worker
+ * (ucp_worker_arm() == UCS_OK), puts the worker's event fd into the core's
+ * epoll set and removes itself, so that a blocking wait of the core sleeps
+ * in the kernel instead of napping 1 ms at a time. The event fd brings it
+ * back (and leaves the epoll set again); so does every operation we post
+ * (ucp_wake()).
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -122,11 +123,27 @@ void ucp_req_release(ucp_req_t *r)
 
 /* ---- work lists ------------------------------------------------------------------ */
 
+/* The worker's event fd is in the core's epoll set only while we sleep on
+ * it: while the poller runs, UCX is progressed anyway, and an epoll set
+ * nested in the core's would cost a little on every look at the fd set. */
+static int sleep_begin(void)
+{
+    if (pscom_ufd_add(&ucp_g.efd) < 0) return -1;
+    ucp_g.armed = 1;
+    pscom_poller_del(&ucp_g.poller);
+    return 0;
+}
+
+static void sleep_end(void)
+{
+    ucp_g.armed = 0;
+    pscom_ufd_del(&ucp_g.efd);
+    pscom_poller_add(&ucp_g.poller);
+}
+
 void ucp_wake(void)
 {
-    if (!ucp_g.armed) return;
-    ucp_g.armed = 0;
-    pscom_poller_add(&ucp_g.poller);
+    if (ucp_g.armed) sleep_end();
 }
 
 void ucp_dirty(ucp_con_t *uc)
@@ -237,9 +254,8 @@ static int ucp_poll(pscom_poller_t *poller)
     ucs_status_t st  = ucp_worker_arm(ucp_g.worker);
     ucp_g.must_probe = 1; /* arming may have progressed the worker */
     if (st == UCS_OK) {
-        ucp_g.armed         = 1;
         ucp_g.idle_since_us = 0;
-        pscom_poller_del(&ucp_g.poller);
+        sleep_begin(); /* if the fd cannot be watched, we keep polling */
     } else if (st != UCS_ERR_BUSY) {
         plog_dbg("ucp: ucp_worker_arm(): %s", ucs_status_string(st));
     }
@@ -249,10 +265,7 @@ static int ucp_poll(pscom_poller_t *poller)
 static void efd_handler(pscom_ufd_t *ufd, uint32_t revents)
 {
     ucp_g.must_probe = 1;
-    if (ucp_g.armed) {
-        ucp_g.armed = 0;
-        pscom_poller_add(&ucp_g.poller);
-    }
+    if (ucp_g.armed) sleep_end();
     ucp_poll(&ucp_g.poller);
 }
 
@@ -320,20 +333,13 @@ int ucp_worker_ensure(void)
 
     ucp_log_release(0);
     held      = 0;
-    ucp_g.efd = (pscom_ufd_t){.fd = efd, .events = EPOLLIN, .handler = efd_handler};
-    if (pscom_ufd_add(&ucp_g.efd) < 0) {
-        what = "pscom_ufd_add(event fd)";
-        st   = UCS_ERR_IO_ERROR;
-        goto err_ufd;
-    }
+    ucp_g.efd         = (pscom_ufd_t){.fd = efd, .events = EPOLLIN, .handler = efd_handler};
     ucp_g.poller.poll = ucp_poll;
     ucp_g.armed       = 0;
     pscom_poller_add(&ucp_g.poller);
     plog_dbg("ucp: UCX %s, worker address %zu bytes", ucp_get_version_string(), ucp_g.addr_len);
     return 0;
 
-err_ufd:
-    ucp_dt_destroy(ucp_g.dt_stream);
 err_dt:
     ucp_dt_destroy(ucp_g.dt_partial);
 err_efd:
@@ -365,7 +371,7 @@ void ucp_worker_fini(void)
     if (ucp_g.inflight) plog_dbg("ucp: %u UCX operations still in flight at exit", ucp_g.inflight);
 
     pscom_poller_del(&ucp_g.poller);
-    pscom_ufd_del(&ucp_g.efd);
+    pscom_ufd_del(&ucp_g.efd); /* if armed */
     ucp_dt_destroy(ucp_g.dt_partial);
     ucp_dt_destroy(ucp_g.dt_stream);
     ucp_worker_release_address(ucp_g.worker, ucp_g.addr);
