@@ -330,6 +330,15 @@ static void check_closed(pscom_con_t *con)
     pscom_con_release(con);
 }
 
+void pscom_con_rndv_sends_drained(pscom_con_t *con)
+{
+    if (!con->eof_deferred || !pscom_list_empty(&con->rndv_sends)) return;
+    con->eof_deferred = 0;
+    queue_eof(con);
+    if (con->eof_sent) con->pub.state = PSCOM_CON_STATE_CLOSE_WAIT;
+    check_closed(con);
+}
+
 void pscom_con_eof_received(pscom_con_t *con)
 {
     con->eof_received = 1;
@@ -426,6 +435,11 @@ void pscom_con_close(pscom_con_t *con)
         return;
     }
     if (con->pub.state & (PSCOM_CON_STATE_RW)) con->pub.state = PSCOM_CON_STATE_CLOSING;
+    if (!pscom_list_empty(&con->rndv_sends)) {
+        /* the EOF goes behind the data of pending rendezvous sends (spec 5.7) */
+        con->eof_deferred = 1;
+        return;
+    }
     queue_eof(con);
     if (con->eof_sent) con->pub.state = PSCOM_CON_STATE_CLOSE_WAIT;
     check_closed(con);

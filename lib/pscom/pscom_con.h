@@ -49,6 +49,8 @@ struct pscom_con {
     unsigned connect_failed : 1;
     unsigned ondemand : 1;      /* on-demand: not connected yet */
     unsigned od_started : 1;    /* on-demand: the real connect was started */
+    unsigned loop_busy : 1;     /* loopback: inside its write loop (re-entrancy guard) */
+    unsigned eof_deferred : 1;  /* closed: EOF waits for pending rendezvous sends */
     uint32_t od_addr;           /* on-demand: peer listener */
     int od_port;
     int refcnt;                 /* pending con_error callbacks */
@@ -93,6 +95,10 @@ int pscom_con_writable(const pscom_con_t *con);
 /* Queue a posted request (state set) as a message of msg_type; fails it
  * with ERROR if the connection cannot send or the request is malformed. */
 void pscom_con_post_send(pscom_con_t *con, pscom_req_t *req, uint8_t msg_type);
+
+/* A rendezvous send left con->rndv_sends: queue a deferred EOF if it was
+ * the last one. */
+void pscom_con_rndv_sends_drained(pscom_con_t *con);
 
 /* Peer's EOF message arrived. */
 void pscom_con_eof_received(pscom_con_t *con);

@@ -189,6 +189,7 @@ static int process_buffer(pscom_con_t *con)
             return 0;
         }
         if (dispatch(con, type, dlen)) return 1;
+        if (pscom_unlikely(con->transport_closed)) return 1; /* closed by the message */
 
         size_t avail = in->fill - need;
         size_t take  = avail < in->data_len ? avail : in->data_len;

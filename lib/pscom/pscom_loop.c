@@ -19,6 +19,11 @@ static void loop_write_start(pscom_con_t *con)
 {
     struct iovec iov[LOOP_IOV];
     int n;
+    /* Feeding a message may queue answers on this same connection (RMA
+     * replies, rendezvous CTS/DATA): the running loop picks them up once
+     * the current messages are retired; a nested call would feed them twice. */
+    if (con->loop_busy) return;
+    con->loop_busy = 1;
     while (!con->transport_closed && (n = pscom_write_get_iov(con, iov, LOOP_IOV)) > 0) {
         size_t total = 0;
         int stop     = 0;
@@ -28,6 +33,7 @@ static void loop_write_start(pscom_con_t *con)
         }
         if (pscom_write_done(con, total) || stop) break;
     }
+    con->loop_busy = 0;
 }
 
 static void loop_close(pscom_con_t *con)

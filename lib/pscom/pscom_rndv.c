@@ -78,6 +78,7 @@ static int recv_cts(pscom_con_t *con, const pscom_rndv_cts_t *cts)
     pscom_list_del(&req->next);
     if (!len) {
         pscom_req_complete(req);
+        pscom_con_rndv_sends_drained(con);
         return 0;
     }
     uint64_t recv_id     = cts->recv_id; /* little-endian already */
@@ -85,12 +86,14 @@ static int recv_cts(pscom_con_t *con, const pscom_rndv_cts_t *cts)
                                              sizeof(recv_id), sizeof(pscom_req_t *));
     if (!dreq) {
         pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
+        pscom_con_rndv_sends_drained(con);
         return 0;
     }
     *(pscom_req_t **)dreq->pub.user = req;
     pscom_ctrl_set_data(dreq, req->pub.data, (size_t)len);
     dreq->on_done = data_sent;
     pscom_con_send_ctrl(con, dreq);
+    pscom_con_rndv_sends_drained(con); /* a deferred EOF goes behind the data */
     return 0;
 }
 
@@ -104,6 +107,7 @@ static int recv_fin(pscom_con_t *con, const pscom_rndv_fin_t *fin)
     pscom_list_del(&req->next);
     if (fin->status) req->pub.state |= PSCOM_REQ_STATE_ERROR;
     pscom_req_complete(req);
+    pscom_con_rndv_sends_drained(con);
     return 0;
 }
 
