@@ -29,6 +29,7 @@ typedef struct tcp_con {
 static struct {
     unsigned sndbuf;
     unsigned rcvbuf;
+    unsigned rendezvous;
 } tcp_config;
 
 static const pscom_env_entry_t tcp_env[] = {
@@ -36,6 +37,8 @@ static const pscom_env_entry_t tcp_env[] = {
      &tcp_config.sndbuf, PSCOM_ENV_UINT, 0},
     {"RCVBUF", "0", "SO_RCVBUF of tcp connections in bytes (0: kernel autotuning)",
      &tcp_config.rcvbuf, PSCOM_ENV_UINT, 0},
+    {"RENDEZVOUS", "inf", "rendezvous threshold of tcp connections in bytes (inf: off)",
+     &tcp_config.rendezvous, PSCOM_ENV_UINT, PSCOM_ENV_HAS_PARENT},
     {NULL},
 };
 
@@ -139,6 +142,8 @@ static int tcp_con_start(pscom_con_t *con, int *fd)
         int v = (int)tcp_config.rcvbuf;
         setsockopt(tc->ufd.fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
     }
+    if (tcp_config.rendezvous < PSCOM_ENV_UINT_INF)
+        pscom_con_set_rendezvous_size(con, tcp_config.rendezvous);
     if (pscom_ufd_add(&tc->ufd) < 0) return -1;
     *fd = -1; /* ours now */
     return 0;
