@@ -223,6 +223,7 @@ int pscom_progress(int timeout_ms)
     if (pscom_unlikely(!pscom_list_empty(&timers))) progress = run_timers(&timeout_ms);
     if (pollers_active) {
         progress |= poll_transports();
+        if (progress) pscom.progress_counter++; /* not idle: no nap in pscom_wait_until */
         if (progress) timeout_ms = 0;
         if (!timeout_ms && ++skipped < FD_POLL_EVERY) return progress;
         skipped = 0;
