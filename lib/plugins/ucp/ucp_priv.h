@@ -59,6 +59,7 @@ typedef struct ucp_cfg {
     unsigned fastinit;       /* PSP_UCP_FASTINIT: context/worker in init() */
     unsigned rendezvous;     /* PSP_UCP_RENDEZVOUS: pscom-level threshold (inf) */
     unsigned small_msg_len;  /* PSP_UCP_SMALL_MSG_LEN: packed into one send */
+    unsigned bounce_max;     /* PSP_UCP_BOUNCE_MAX (hidden): see ucp_recv.c */
 } ucp_cfg_t;
 extern ucp_cfg_t ucp_cfg;
 

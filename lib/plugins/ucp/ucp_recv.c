@@ -10,14 +10,14 @@
  *   MSG   received into the connection's bounce buffer and handed to the
  *         core with pscom_read_feed() (header, xheader and data at once).
  *   HEAD  the same, but only header + xheader; the core then is in the
- *         data phase and the following DATA message is received by UCX
- *         straight into the buffer pscom_read_get_buf() names (the matched
- *         receive buffer), so large messages are never copied by us.
- *   DATA  if the matched buffer is shorter than the message (truncation,
- *         or no receiver at all), a generic UCX datatype keeps the first
- *         part and drops the rest; the core is then told about the
- *         remaining bytes chunk by chunk, so it sees the real length and
- *         the stream stays in sync.
+ *         data phase, and the receive for the following DATA message is
+ *         posted by its tag right away (data_early), so that UCX can place
+ *         the payload as it arrives.
+ *   DATA  where it goes: see post_data() (in place with a pinned buffer or
+ *         for truncated receives; else a bounce buffer or streaming). If the
+ *         matched buffer is shorter than the message (truncation, or no
+ *         receiver at all) the core is told about the remaining bytes chunk
+ *         by chunk, so it sees the real length and the stream stays in sync.
  *
  * Messages for connection ids we do not know (closed connections) are
  * received and dropped.
@@ -282,14 +282,14 @@ const ucp_generic_dt_ops_t ucp_stream_ops = {
 /*
  * Streaming makes UCX (1.13) fall back from its zero-copy rendezvous to
  * pipelined copies, which is slow for large messages (about 1 GB/s over
- * shared memory at 4 MiB). Up to UCP_BOUNCE_MAX bytes, DATA therefore goes
- * into a bounce buffer of the plugin (UCX's zero-copy protocols apply) and
- * is copied into the core at completion: one copy, but fast. One buffer is
+ * shared memory at 4 MiB). Up to PSP_UCP_BOUNCE_MAX (hidden, 64 MiB) bytes,
+ * DATA therefore goes into a bounce buffer of the plugin (UCX's zero-copy
+ * protocols apply) and is copied into the core at completion: one copy,
+ * but fast. One buffer is
  * kept for reuse, so that a stream of large messages does not fault in
  * fresh pages every time. Larger messages are streamed (no memory of their
  * size is needed).
  */
-#define UCP_BOUNCE_MAX (64u << 20)
 static char *spare;
 static size_t spare_cap;
 
@@ -358,7 +358,7 @@ static int stream_done(ucp_con_t *uc, ucp_partial_t *p)
  *    unexpected one is as long as the message) or none at all (the core's
  *    scratch buffer): the partial datatype keeps the stored part.
  * Otherwise the payload goes through a bounce buffer, or, beyond
- * UCP_BOUNCE_MAX, is streamed into the core (see above).
+ * PSP_UCP_BOUNCE_MAX, is streamed into the core (see above).
  */
 /* DATA: msg is the probed message, or NULL to post the receive by its tag
  * before it arrives (right after its HEAD). */
@@ -376,7 +376,7 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
     void *dst        = buf;
     size_t count     = len;
     size_t keep      = len;
-    if (!UCP_READ_PIN && blen >= len && len <= UCP_BOUNCE_MAX && (bounce = bounce_get(len))) {
+    if (!UCP_READ_PIN && blen >= len && len <= ucp_cfg.bounce_max && (bounce = bounce_get(len))) {
         dst = bounce;
     } else if (blen < len || !UCP_READ_PIN) {
         p = partial_new(buf, blen < len ? blen : len, len);
