@@ -1,0 +1,183 @@
+/*
+ * itest_shm_units: the shm plugin's building blocks between two real
+ * processes (fork, an anonymous shared mapping; no pscom):
+ *
+ *  - ring (shm_ring.h): a 16 KiB ring, 300,000 packets of random sizes
+ *    (mostly small, a third up to the largest payload), so it wraps and is
+ *    full all the time; every packet arrives once, in order, with its
+ *    length, head length, type and content;
+ *  - copy jobs (shm_cma.c): 8 MiB copied by the receiver with the sender
+ *    helping, 30 times; then with a sender that refuses the upper half
+ *    (its chunk comes back and the receiver copies it; the sender stops
+ *    helping, as the plugin does), 30 times; then with no helper at all.
+ *    The destination equals the source every time.
+ */
+#define _GNU_SOURCE
+#include "pscom_testutil.h"
+#include "shm_cma.h"
+#include "shm_ring.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static uint32_t rnd(uint32_t *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return *s >> 8;
+}
+
+/* ---- ring ---------------------------------------------------------------------- */
+
+#define RING    (16u << 10)
+#define PACKETS 300000u
+
+static uint32_t next_len(uint32_t *s, uint32_t maxp)
+{
+    return rnd(s) % 3 ? rnd(s) % 200 : rnd(s) % (maxp + 1);
+}
+
+static void ring_test(void)
+{
+    char *mem = mmap(NULL, RING + 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    TU_ASSERT(mem != MAP_FAILED);
+    _Atomic uint64_t *consumed = (_Atomic uint64_t *)mem;
+    char *ring                 = mem + 4096;
+    uint32_t maxp              = shm_ring_max_payload(RING);
+
+    pid_t pid = fork();
+    TU_ASSERT(pid >= 0);
+    if (!pid) { /* producer */
+        shm_ring_tx_t tx = {.ring = ring, .consumed = consumed, .mask = RING - 1};
+        uint32_t s       = 1;
+        for (uint32_t i = 0; i < PACKETS; i++) {
+            uint32_t len = next_len(&s, maxp);
+            shm_pkt_t *p;
+            while (!(p = shm_ring_reserve(&tx, len))) {
+            }
+            unsigned char *d = shm_pkt_payload(p);
+            for (uint32_t k = 0; k < len; k++) d[k] = (unsigned char)(i + k * 13);
+            shm_ring_publish(&tx, p, len, i % 3 ? SHM_PKT_DATA : SHM_PKT_ACK, i & 0xffff);
+        }
+        _exit(0);
+    }
+    shm_ring_rx_t rx = {.ring = ring, .consumed = consumed, .mask = RING - 1};
+    uint32_t s       = 1;
+    for (uint32_t i = 0; i < PACKETS; i++) {
+        uint32_t len = next_len(&s, maxp);
+        shm_pkt_t *p;
+        while (!(p = shm_ring_peek(&rx))) {
+        }
+        TU_ASSERT_EQ(p->len, len);
+        TU_ASSERT_EQ(shm_pkt_head_len(p), i & 0xffff);
+        TU_ASSERT_EQ(shm_pkt_type(p), i % 3 ? SHM_PKT_DATA : SHM_PKT_ACK);
+        const unsigned char *d = shm_pkt_payload(p);
+        for (uint32_t k = 0; k < len; k++) {
+            if (d[k] != (unsigned char)(i + k * 13))
+                TU_FAIL("packet %u: byte %u is 0x%02x", i, k, d[k]);
+        }
+        shm_ring_consume(&rx, p);
+    }
+    TU_ASSERT(!shm_ring_ready(&rx));
+    int st;
+    TU_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    TU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    munmap(mem, RING + 4096);
+    tu_log("ring: %u packets through %u bytes", PACKETS, RING);
+}
+
+/* ---- copy jobs ------------------------------------------------------------------- */
+
+#define JOB_LEN (8u << 20)
+#define ROUNDS  30
+
+typedef struct ctl {
+    shm_job_t job;
+    _Alignas(64) volatile uint32_t stop; /* the round is over: helper, exit */
+} ctl_t;
+
+static int always_alive(void *arg)
+{
+    (void)arg;
+    return 1;
+}
+
+/* One round: a helper process (refusing the upper half of the message if
+ * refuse) copies while we run the job. Returns whether it helped. */
+static int job_round(ctl_t *ctl, unsigned char *src, int refuse)
+{
+    pid_t receiver = getpid();
+    ctl->stop      = 0;
+    pid_t helper   = fork();
+    TU_ASSERT(helper >= 0);
+    if (!helper) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        uint64_t lo = (uint64_t)(uintptr_t)src;
+        uint64_t hi = lo + (refuse ? JOB_LEN / 2 : JOB_LEN);
+        /* like the plugin: no more help after a failure */
+        while (!ctl->stop && shm_job_help(&ctl->job, receiver, 1u << 20, lo, hi) >= 0) {
+        }
+        while (!ctl->stop) {
+        }
+        _exit(0);
+    }
+    unsigned char *dst = calloc(1, JOB_LEN);
+    TU_ASSERT_NOT_NULL(dst);
+    int helped = 0;
+    TU_ASSERT_EQ(shm_job_run(&ctl->job, helper, dst, (uint64_t)(uintptr_t)src, JOB_LEN, 0,
+                             always_alive, NULL, &helped),
+                 0);
+    TU_ASSERT_MEM_EQ(dst, src, JOB_LEN);
+    free(dst);
+    ctl->stop = 1;
+    int st;
+    TU_ASSERT_EQ(waitpid(helper, &st, 0), helper);
+    TU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    return helped;
+}
+
+static void job_test(void)
+{
+    ctl_t *ctl = mmap(NULL, sizeof(ctl_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                      -1, 0);
+    TU_ASSERT(ctl != MAP_FAILED);
+    unsigned char *src = tu_malloc(JOB_LEN); /* the same address in the helper (fork) */
+    tu_fill(src, JOB_LEN, 4711);
+
+    for (int refuse = 0; refuse < 2; refuse++) {
+        unsigned helped = 0;
+        for (unsigned r = 0; r < ROUNDS; r++) helped += (unsigned)job_round(ctl, src, refuse);
+        tu_log("copy jobs%s: the sender helped in %u of %u rounds",
+               refuse ? " (sender refusing the upper half)" : "", helped, ROUNDS);
+    }
+
+    /* nobody helps: the receiver copies everything */
+    unsigned char *dst = calloc(1, JOB_LEN);
+    int helped         = 1;
+    TU_ASSERT_EQ(shm_job_run(&ctl->job, getpid(), dst, (uint64_t)(uintptr_t)src, JOB_LEN, 0,
+                             always_alive, NULL, &helped),
+                 0);
+    TU_ASSERT_EQ(helped, 0);
+    TU_ASSERT_MEM_EQ(dst, src, JOB_LEN);
+    free(dst);
+    free(src);
+    munmap(ctl, sizeof(ctl_t));
+}
+
+static int run(tu_ctx_t *ctx)
+{
+    (void)ctx;
+    ring_test();
+    job_test();
+    return 0;
+}
+
+int main(void)
+{
+    return tu_run("shm_units", 0, run, NULL, NULL);
+}
