@@ -5,22 +5,25 @@
  *   Each direction has a single-producer/single-consumer packet ring in
  *   the receiver's segment (shm_ring.h, shm_segment.h). A message (8-byte
  *   header, xheader, data) is copied into one packet, each byte once; a
- *   message larger than a packet (PSP_SHM_CHUNK) is pipelined through the
- *   ring in packets of that size, never buffered whole. The receiver polls
- *   (no system call, no lock) and hands the bytes to the core, which puts
- *   the data straight into the matched receive buffer.
+ *   longer message is pipelined through the ring in packets growing from
+ *   4 KiB to PSP_SHM_CHUNK, never buffered whole. The receiver polls (no
+ *   system call, no lock; one poller for all connections) and hands the
+ *   bytes to the core, which puts the data straight into the matched
+ *   receive buffer.
  *
  *   Single copy: a message with at least PSP_SHM_RENDEZVOUS data bytes goes
  *   as an RNDV packet: its head plus {address, length} of the data in the
  *   sender's buffer. The receiver hands the head to the core, asks it where
  *   the data goes (the matched receive buffer, or the buffer of an
  *   unexpected message) and copies straight from the sender's buffer into
- *   it with cross-memory attach (process_vm_readv, shm_cma.h), then answers
- *   with an ACK packet; only then is the send complete. Nothing else is
- *   sent on the connection meanwhile, so sends queued behind it stay
- *   cancellable. If a read fails (other than for a dead peer) the receiver
- *   answers NACK {bytes done} and the sender pushes the rest through the
- *   ring. Where cross-memory attach is refused (different users, ptrace
+ *   it with cross-memory attach (process_vm_readv, shm_cma.h), while the
+ *   sender, waiting anyway, copies chunks of the same message into that
+ *   buffer from its side (process_vm_writev; a copy job in the receiver's
+ *   segment hands out the chunks). Then the receiver answers with an ACK
+ *   packet; only then is the send complete. Nothing else is sent on the
+ *   connection meanwhile, so sends queued behind it stay cancellable. If a
+ *   read fails (other than for a dead peer) the receiver answers PUSH
+ *   {bytes done} and the sender sends the rest through the ring. Where cross-memory attach is refused (different users, ptrace
  *   policy, pid namespaces; found out once per connection in the
  *   handshake) or PSP_SHM_CMA=0, every message takes the pipelined ring.
  *

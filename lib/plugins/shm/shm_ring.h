@@ -5,9 +5,11 @@
  * the receiving process (shm_segment.h): the peer writes, the owner reads.
  *
  * The ring is a byte ring of R bytes (a power of two) holding packets that
- * start on a cache line: a 16-byte header followed by the payload, the whole
- * rounded up to 64 bytes. A packet never wraps around the end of the ring;
- * a WRAP packet (header only) sends the consumer to the start.
+ * start on a cache line: a 16-byte header {stamp, len, type | head_len}
+ * followed by the payload, the whole rounded up to 64 bytes. A packet never
+ * wraps around the end of the ring; a WRAP packet (header only) sends the
+ * consumer to the start. Types: DATA (bytes of the message stream), RNDV
+ * and ACK (single copy, pscom_shm.c).
  *
  * Positions are absolute byte counts (uint64_t, never wrap in practice).
  * The producer publishes a packet by storing stamp = position + 1 with
