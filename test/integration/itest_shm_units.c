@@ -52,7 +52,9 @@ static void ring_test(void)
 
     pid_t pid = fork();
     TU_ASSERT(pid >= 0);
-    if (!pid) { /* producer */
+    if (!pid) { /* producer; it never outlives us */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1) _exit(1);
         shm_ring_tx_t tx = {.ring = ring, .consumed = consumed, .mask = RING - 1};
         uint32_t s       = 1;
         for (uint32_t i = 0; i < PACKETS; i++) {
@@ -115,8 +117,9 @@ static int job_round(ctl_t *ctl, unsigned char *src, int refuse)
     ctl->stop      = 0;
     pid_t helper   = fork();
     TU_ASSERT(helper >= 0);
-    if (!helper) {
+    if (!helper) { /* it never outlives us */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != receiver) _exit(1);
         uint64_t lo = (uint64_t)(uintptr_t)src;
         uint64_t hi = lo + (refuse ? JOB_LEN / 2 : JOB_LEN);
         /* like the plugin: no more help after a failure */
