@@ -680,7 +680,8 @@ static int shm_help(shm_con_t *sc)
 {
     shm_job_t *job = &shm_seg_hdr(&sc->tx_seg)->job;
     uint64_t lo    = (uint64_t)(uintptr_t)sc->cur_data.iov_base;
-    ssize_t r      = shm_job_help(job, sc->peer_pid, shm_config.copy_budget, lo, lo + sc->cur_data.iov_len);
+    uint64_t hi    = lo + sc->cur_data.iov_len;
+    ssize_t r      = shm_job_help(job, sc->peer_pid, shm_config.copy_budget, lo, hi);
     if (r < 0) {
         plog_dbg("%s: shm: process_vm_writev failed (%s); leaving the copy to the receiver",
                  pscom_con_name(sc->con), strerror((int)-r));
