@@ -23,9 +23,10 @@
  *   packet; only then is the send complete. Nothing else is sent on the
  *   connection meanwhile, so sends queued behind it stay cancellable. If a
  *   read fails (other than for a dead peer) the receiver answers PUSH
- *   {bytes done} and the sender sends the rest through the ring. Where cross-memory attach is refused (different users, ptrace
- *   policy, pid namespaces; found out once per connection in the
- *   handshake) or PSP_SHM_CMA=0, every message takes the pipelined ring.
+ *   {bytes done} and the sender sends the rest through the ring. Where
+ *   cross-memory attach is refused (different users, ptrace policy, pid
+ *   namespaces; found out once per connection in the handshake) or
+ *   PSP_SHM_CMA=0, every message takes the pipelined ring.
  *
  *   This is the plugin's rendezvous; the core's (RTS, matching, then the
  *   data; unexpected messages are not buffered) is independent and chosen
