@@ -217,6 +217,7 @@ void pscom_con_write_kick(pscom_con_t *con)
 void pscom_con_queue_send(pscom_con_t *con, pscom_req_t *req)
 {
     req->send_off = 0;
+    req->send_pad = 0;
     pscom_list_add_tail(&req->next, &con->sendq);
     pscom_con_write_kick(con);
 }

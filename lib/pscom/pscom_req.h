@@ -23,7 +23,8 @@ struct pscom_req {
     pscom_list_t *queue;    /* posted receive: head of the queue it is in */
     pscom_list_t next_alt;  /* unexpected: socket's genrecvq_any */
     pscom_list_t all;       /* pscom.requests (PSP_DEBUG_REQ) */
-    size_t send_off;        /* send: bytes of header+xheader+data already sent */
+    size_t send_off;        /* send: bytes of pad+header+xheader+data already sent */
+    unsigned send_pad;      /* send: bytes of the PAD message in front (stream transports) */
     size_t data_done;       /* unexpected: data bytes stored so far */
     pscom_con_t *con;       /* unexpected / internal: its connection */
     uint64_t id;            /* rendezvous / RMA: id the peer refers to it by */

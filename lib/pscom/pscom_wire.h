@@ -23,7 +23,7 @@
 
 #include "pscom.h"
 
-#define PSCOM_WIRE_VERSION 1
+#define PSCOM_WIRE_VERSION 2 /* 2: PAD messages */
 
 /* Message types. The values are part of the protocol: never renumber. */
 typedef enum pscom_msgtype {
@@ -52,7 +52,8 @@ typedef enum pscom_msgtype {
     PSCOM_MSGTYPE_RENDEZVOUS_DATA          = 22, /* ours: rendezvous payload (push mode) */
     PSCOM_MSGTYPE_RMA_PUT_DONE             = 23, /* ours: put data already written directly */
     PSCOM_MSGTYPE_RMA_GET_DONE             = 24, /* ours: get data already read directly */
-    PSCOM_MSGTYPE_COUNT                    = 25,
+    PSCOM_MSGTYPE_PAD                      = 25, /* ours: filler, no xheader, < 64 data bytes */
+    PSCOM_MSGTYPE_COUNT                    = 26,
 } pscom_msgtype_t;
 
 #define PSCOM_WIRE_HEADER_SIZE 8
@@ -79,6 +80,14 @@ static inline void pscom_wire_header_decode(const void *src, uint16_t *xheader_l
     *msg_type    = (uint8_t)((w >> 16) & 0xff);
     *data_len    = w >> 24;
 }
+
+/* ---- PAD ------------------------------------------------------------------
+ * A PAD message (no xheader, data_len < PSCOM_WIRE_PAD_MAX bytes of
+ * anything) carries nothing; the receiver drops it. Stream transports put
+ * one in front of a large payload so that the payload sits at a chosen
+ * offset modulo 64 in the byte stream (see pscom_write_get_iov).
+ */
+#define PSCOM_WIRE_PAD_MAX 64
 
 /* ---- rendezvous (all fields little-endian) -------------------------------
  * RENDEZVOUS_REQ  xheader: the user's xheader     data: pscom_rndv_rts_t

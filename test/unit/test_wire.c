@@ -76,6 +76,10 @@ static void test_msgtype_values(void **state)
     assert_int_equal(PSCOM_MSGTYPE_EOF, 8);
     assert_int_equal(PSCOM_MSGTYPE_RMA_PUT, 11);
     assert_int_equal(PSCOM_MSGTYPE_RMA_COMPARE_AND_SWAP_REQ, 20);
+    assert_int_equal(PSCOM_MSGTYPE_RMA_GET_DONE, 24);
+    assert_int_equal(PSCOM_MSGTYPE_PAD, 25);
+    assert_int_equal(PSCOM_WIRE_PAD_MAX, 64);
+    assert_int_equal(PSCOM_WIRE_VERSION, 2);
 }
 
 static void test_precon_formats(void **state)

@@ -177,7 +177,7 @@ PSCOM_PLUGIN_DEFINE(tcp) = {
     .con_type      = PSCOM_CON_TYPE_TCP,
     .priority      = 10,
     .user_priority = 1,
-    .caps          = 0,
+    .caps          = PSCOM_PLUGIN_CAP_STREAM_PAD,
     .con_priv_size = sizeof(tcp_con_t),
     .ops           = &tcp_ops,
 };

@@ -29,6 +29,11 @@
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
 #define PSCOM_PLUGIN_CAP_RMA_READ  (1ULL << 1) /* ops.rma_read: read peer memory directly */
 #define PSCOM_PLUGIN_CAP_RMA_WRITE (1ULL << 2) /* ops.rma_write: write peer memory directly */
+/* The byte stream from pscom_write_get_iov() is copied by the kernel
+ * (sockets): the core may put a PAD message in front of a large payload
+ * so that those copies do not run into a CPU's slow path for misaligned
+ * source and destination. The receiving core drops PAD messages. */
+#define PSCOM_PLUGIN_CAP_STREAM_PAD (1ULL << 3)
 
 /* Largest blob a plugin exchanges in one handshake step. */
 #define PSCOM_PRECON_BLOB_MAX 1024
@@ -143,7 +148,9 @@ PSCOM_PLUGIN_API int pscom_read_feed(pscom_con_t *con, const char *buf, size_t l
 /* ---- writing ---------------------------------------------------------- */
 
 /* Fill at most max iovecs with the next bytes to send (header, xheader and
- * data of queued messages, in order). Returns the number filled; 0 = idle. */
+ * data of queued messages, in order; with CAP_STREAM_PAD also PAD
+ * messages). Returns the number filled; 0 = idle. Each call is taken to
+ * start a new write: pads are chosen for the bytes of this call only. */
 PSCOM_PLUGIN_API int pscom_write_get_iov(pscom_con_t *con, struct iovec *iov, int max);
 /* len bytes of those iovecs left the process. Returns 0, or 1 if the
  * connection closed meanwhile (its EOF left and the peer's had arrived):
