@@ -64,7 +64,8 @@ static void ring_test(void)
             }
             unsigned char *d = shm_pkt_payload(p);
             for (uint32_t k = 0; k < len; k++) d[k] = (unsigned char)(i + k * 13);
-            shm_ring_publish(&tx, p, len, i % 3 ? SHM_PKT_DATA : SHM_PKT_ACK, i & 0xffff);
+            shm_ring_publish(&tx, p, len, i % 3 ? SHM_PKT_DATA : SHM_PKT_ACK, i & 0xffff,
+                             i % SHM_CL);
         }
         _exit(0);
     }
@@ -77,6 +78,7 @@ static void ring_test(void)
         }
         TU_ASSERT_EQ(p->len, len);
         TU_ASSERT_EQ(shm_pkt_head_len(p), i & 0xffff);
+        TU_ASSERT_EQ(shm_pkt_gap(p), i % SHM_CL);
         TU_ASSERT_EQ(shm_pkt_type(p), i % 3 ? SHM_PKT_DATA : SHM_PKT_ACK);
         const unsigned char *d = shm_pkt_payload(p);
         for (uint32_t k = 0; k < len; k++) {

@@ -73,6 +73,18 @@
 #define SHM_READ_MAX   64  /* packets per connection and poll */
 #define SHM_FEED_ONCE  256 /* smaller packets go to the core in one piece */
 #define SHM_PKT_FIRST  4096u /* the first packet of a long message */
+#define SHM_GAP_MIN    1024u /* packets with this much data get a gap */
+
+/* Gap between the head part and the data of a packet so that the data
+ * sits in the ring at the same offset modulo 64 as at src. Copies between
+ * addresses that differ by 1..31 modulo 64 are up to 20x slower on some
+ * CPUs (memcpy's `rep movsb` and vector loops on AMD EPYC, measured 4 vs
+ * 91 GB/s at 8 KiB); equal offsets copy at full speed on both sides when
+ * the receive buffer is aligned like the send buffer. */
+static inline uint32_t shm_data_gap(const char *src, size_t head_in_pkt)
+{
+    return (uint32_t)(((uintptr_t)src - SHM_PKT_HDR - head_in_pkt) & (SHM_CL - 1));
+}
 
 /* ---- configuration ------------------------------------------------------- */
 
@@ -380,7 +392,7 @@ static int shm_send_ack(shm_con_t *sc)
     shm_pkt_t *pkt = shm_ring_reserve(&sc->tx, sizeof(shm_ack_t));
     if (!pkt) return 0;
     memcpy(shm_pkt_payload(pkt), &sc->ack, sizeof(shm_ack_t));
-    shm_ring_publish(&sc->tx, pkt, sizeof(shm_ack_t), SHM_PKT_ACK, 0);
+    shm_ring_publish(&sc->tx, pkt, sizeof(shm_ack_t), SHM_PKT_ACK, 0, 0);
     sc->ack_pending = 0;
     return 1;
 }
@@ -396,7 +408,7 @@ static int shm_send_rndv(shm_con_t *sc)
                       .len = sc->cur_data.iov_len};
     memcpy(dst, sc->cur_head.iov_base, hlen);
     memcpy(dst + hlen, &rd, sizeof(rd));
-    shm_ring_publish(&sc->tx, pkt, (uint32_t)(hlen + sizeof(rd)), SHM_PKT_RNDV, (uint32_t)hlen);
+    shm_ring_publish(&sc->tx, pkt, (uint32_t)(hlen + sizeof(rd)), SHM_PKT_RNDV, (uint32_t)hlen, 0);
     sc->cur_rndv = 1;
     sc->cur_off  = hlen;
     return 1;
@@ -446,20 +458,23 @@ static int shm_write(shm_con_t *sc)
         if (n > sc->chunk) n = sc->chunk;
         if (n > total - off) n = total - off;
 
-        shm_pkt_t *pkt = shm_ring_reserve(&sc->tx, (uint32_t)n);
+        size_t hl       = off < hlen ? (hlen - off < n ? hlen - off : n) : 0;
+        const char *src = NULL; /* data of this packet, if any (then the head is done) */
+        uint32_t gap    = 0;
+        if (n > hl) {
+            src = (const char *)sc->cur_data.iov_base + (off + hl - hlen);
+            if (n - hl >= SHM_GAP_MIN) gap = shm_data_gap(src, hl);
+        }
+
+        shm_pkt_t *pkt = shm_ring_reserve(&sc->tx, (uint32_t)(n + gap));
         if (!pkt) {
             if (!off) sc->cur_active = 0; /* not started: may still be cancelled */
             goto full;
         }
         char *dst = shm_pkt_payload(pkt);
-        size_t hl = 0;
-        if (off < hlen) {
-            hl = hlen - off < n ? hlen - off : n;
-            memcpy(dst, (const char *)sc->cur_head.iov_base + off, hl);
-        }
-        if (n > hl)
-            memcpy(dst + hl, (const char *)sc->cur_data.iov_base + (off + hl - hlen), n - hl);
-        shm_ring_publish(&sc->tx, pkt, (uint32_t)n, SHM_PKT_DATA, (uint32_t)hl);
+        if (hl) memcpy(dst, (const char *)sc->cur_head.iov_base + off, hl);
+        if (n > hl) memcpy(dst + hl + gap, src, n - hl);
+        shm_ring_publish(&sc->tx, pkt, (uint32_t)(n + gap), SHM_PKT_DATA, (uint32_t)hl, gap);
         progress = 1;
 
         /* Retire what left. A message of several packets is retired packet
@@ -645,12 +660,16 @@ static int shm_read(shm_con_t *sc)
             shm_protocol_error(sc, "bad packet length");
             stop = 1;
         } else if (pscom_likely(shm_pkt_type(pkt) == SHM_PKT_DATA)) {
-            if (len <= SHM_FEED_ONCE || !hl) {
+            uint32_t gap = shm_pkt_gap(pkt);
+            if (pscom_unlikely(gap > len - hl)) {
+                shm_protocol_error(sc, "bad packet gap");
+                stop = 1;
+            } else if (!gap && (len <= SHM_FEED_ONCE || !hl)) {
                 stop = pscom_read_feed(con, p, len);
             } else {
                 /* the head alone, so that the data goes straight to the receive buffer */
-                stop = pscom_read_feed(con, p, hl);
-                if (!stop && !sc->closed) stop = pscom_read_feed(con, p + hl, len - hl);
+                if (hl) stop = pscom_read_feed(con, p, hl);
+                if (!stop && !sc->closed) stop = pscom_read_feed(con, p + hl + gap, len - hl - gap);
             }
             if (!stop && !sc->closed) shm_ring_consume(&sc->rx, pkt);
         } else if (shm_pkt_type(pkt) == SHM_PKT_RNDV) {
@@ -809,7 +828,7 @@ static int shm_con_start(pscom_con_t *con, int *fd)
     sc->tx.mask       = th->ring_size - 1;
     sc->tx.pos        = 0;
     sc->tx.seen       = 0;
-    uint32_t maxp     = shm_ring_max_payload(th->ring_size);
+    uint32_t maxp     = shm_ring_max_payload(th->ring_size) - SHM_PKT_GAP_MAX; /* room for a gap */
     sc->chunk         = shm_config.chunk < maxp ? shm_config.chunk : maxp;
 
     sc->ufd.fd      = *fd;

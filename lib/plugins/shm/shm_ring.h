@@ -5,8 +5,11 @@
  * the receiving process (shm_segment.h): the peer writes, the owner reads.
  *
  * The ring is a byte ring of R bytes (a power of two) holding packets that
- * start on a cache line: a 16-byte header {stamp, len, type | head_len}
- * followed by the payload, the whole rounded up to 64 bytes. A packet never
+ * start on a cache line: a 16-byte header {stamp, len, type | gap |
+ * head_len} followed by the payload, the whole rounded up to 64 bytes. A
+ * DATA payload is head_len bytes of message head, gap unused bytes (so
+ * that the data sits at the same offset modulo 64 as in the sender's
+ * buffer, see pscom_shm.c), then data. A packet never
  * wraps around the end of the ring; a WRAP packet (header only) sends the
  * consumer to the start. Types: DATA (bytes of the message stream), RNDV
  * and ACK (single copy, pscom_shm.c).
@@ -47,13 +50,16 @@
 #define SHM_PKT_ACK  2u    /* shm_ack_t: the receiver is done with an RNDV message */
 #define SHM_PKT_WRAP 0xffu /* go on at the start of the ring */
 
-#define SHM_PKT_HEAD_MAX 0xffffffu /* largest head_len */
+#define SHM_PKT_HEAD_MAX  0x3ffffu /* largest head_len (18 bits) */
+#define SHM_PKT_GAP_SHIFT 18       /* gap: 6 bits, below the type */
+#define SHM_PKT_GAP_MAX   (SHM_CL - 1)
 
 typedef struct shm_pkt {
     _Atomic uint64_t stamp; /* position + 1 once published, else 0 or stale */
-    uint32_t len;           /* payload bytes */
-    uint32_t info;          /* type << 24 | head_len: leading payload bytes that
-                               belong to a message head (8-byte header + xheader) */
+    uint32_t len;           /* payload bytes (gap included) */
+    uint32_t info;          /* type << 24 | gap << 18 | head_len: head_len leading
+                               payload bytes belong to a message head (8-byte
+                               header + xheader), the next gap bytes are unused */
 } shm_pkt_t;
 _Static_assert(sizeof(shm_pkt_t) == SHM_PKT_HDR, "shm packet header");
 
@@ -65,6 +71,11 @@ static inline unsigned shm_pkt_type(const shm_pkt_t *pkt)
 static inline uint32_t shm_pkt_head_len(const shm_pkt_t *pkt)
 {
     return pkt->info & SHM_PKT_HEAD_MAX;
+}
+
+static inline uint32_t shm_pkt_gap(const shm_pkt_t *pkt)
+{
+    return (pkt->info >> SHM_PKT_GAP_SHIFT) & SHM_PKT_GAP_MAX;
 }
 
 static inline void *shm_pkt_payload(shm_pkt_t *pkt)
@@ -122,15 +133,15 @@ static inline shm_pkt_t *shm_ring_reserve(shm_ring_tx_t *tx, uint32_t len)
 }
 
 /* The payload of pkt (from shm_ring_reserve(.., len)) is written: make it
- * visible to the consumer. */
+ * visible to the consumer. head_len <= SHM_PKT_HEAD_MAX, gap <= SHM_PKT_GAP_MAX. */
 static inline void shm_ring_publish(shm_ring_tx_t *tx, shm_pkt_t *pkt, uint32_t len,
-                                    unsigned type, uint32_t head_len)
+                                    unsigned type, uint32_t head_len, uint32_t gap)
 {
     uint64_t size  = shm_pkt_size(len);
     shm_pkt_t *nxt = (shm_pkt_t *)(tx->ring + ((tx->pos + size) & tx->mask));
     atomic_store_explicit(&nxt->stamp, 0, memory_order_relaxed);
     pkt->len  = len;
-    pkt->info = (uint32_t)type << 24 | head_len;
+    pkt->info = (uint32_t)type << 24 | gap << SHM_PKT_GAP_SHIFT | head_len;
     atomic_store_explicit(&pkt->stamp, tx->pos + 1, memory_order_release);
     tx->pos += size;
 }
