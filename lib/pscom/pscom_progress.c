@@ -23,6 +23,8 @@
  * set only every FD_POLL_EVERY passes: a system call per pass would
  * dominate shared-memory latency. */
 #define FD_POLL_EVERY 32
+/* An idle blocking wait reads the clock every CLOCK_EVERY passes. */
+#define CLOCK_EVERY 16
 
 static int epfd = -1;
 
@@ -264,25 +266,29 @@ static inline void cpu_relax(void)
 void pscom_wait_until(int (*done)(void *arg), void *arg)
 {
     uint64_t idle_since = 0;
+    unsigned idle_passes = 0;
     while (!done(arg)) {
         uint64_t before = pscom.progress_counter;
         pscom_progress(0);
         if (!pscom_list_empty(&pscom.io_doneq)) pscom_req_run_io_done();
         if (pscom.progress_counter != before) {
-            idle_since = 0;
+            idle_since  = 0;
+            idle_passes = 0;
             continue;
         }
         if (done(arg)) break;
-        uint64_t now = pscom_time_us();
-        if (!idle_since) idle_since = now;
-        if (now - idle_since < pscom_config.wait_spin_us) {
+        /* the clock costs as much as a pass: look at it every few passes */
+        if (++idle_passes & (CLOCK_EVERY - 1)) {
             if (pscom_config.sched_yield) {
                 sched_yield();
-            } else {
-                cpu_relax();
+            } else if (!pollers_active) {
+                cpu_relax(); /* pollers pause on their own */
             }
             continue;
         }
+        uint64_t now = pscom_time_us();
+        if (!idle_since) idle_since = now;
+        if (now - idle_since < pscom_config.wait_spin_us) continue;
         /* idle for a while: sleep in the kernel until an fd event. Polled
          * transports cannot wake us, so with those we only nap. */
         pscom.stats.sleeps++;
