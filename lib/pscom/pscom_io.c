@@ -308,8 +308,8 @@ int pscom_write_get_iov(pscom_con_t *con, struct iovec *iov, int max)
         size_t off       = req->send_off;
         if (n == max) break;
         if (off == 0 && pads) req->send_pad = pad_for(req, pos);
-        size_t pl = req->send_pad;
-        size_t hl = pl + head_len(req);
+        size_t pl       = req->send_pad;
+        size_t head_end = pl + head_len(req); /* pad, header and xheader */
         if (off < pl) {
             const unsigned char *m = pad_msg(pl - PSCOM_WIRE_HEADER_SIZE);
             iov[n].iov_base = (void *)(m + off);
@@ -318,13 +318,13 @@ int pscom_write_get_iov(pscom_con_t *con, struct iovec *iov, int max)
             off = pl;
             if (n == max) break;
         }
-        if (off < hl) {
+        if (off < head_end) {
             iov[n].iov_base = (char *)&req->pub.header + (off - pl);
-            iov[n].iov_len  = hl - off;
+            iov[n].iov_len  = head_end - off;
             pos += iov[n++].iov_len;
-            off = hl;
+            off = head_end;
         }
-        size_t doff = off - hl;
+        size_t doff = off - head_end;
         if (req->pub.data_len > doff) {
             if (n == max) break;
             iov[n].iov_base = (char *)req->pub.data + doff;
