@@ -2,7 +2,8 @@
 # Ping-pong between two local processes with pscom_pp; prints the
 # latency/bandwidth table of the client. Arguments go to the client
 # (e.g. --maxsize 65536). The transport is whatever the priorities pick;
-# set PSP_* variables to choose (PSP_DEBUG_CONTYPE=1 shows it).
+# set PSP_* variables to choose, e.g. PSP_SHM=0 PSP_UCP=0 for tcp. The
+# server's "New connection ... via <transport>" line follows the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pp=${BUILD_DIR:-build}/bin/pscom_pp
@@ -20,4 +21,4 @@ while IFS= read -r line <&3; do
 done
 [ -n "$ep" ] || { echo "pp-local: the server did not start" >&2; exit 1; }
 "$pp" -c "$ep" "$@"
-cat <&3 >/dev/null || true # let the server finish
+grep 'New connection' <&3 || true # let the server finish; say which transport
