@@ -48,6 +48,7 @@ pscom_con_t *pscom_con_create(pscom_sock_t *sock)
     con->rendezvous_size = pscom_config.rendezvous >= PSCOM_ENV_UINT_INF
                                ? SIZE_MAX
                                : pscom_config.rendezvous;
+    con->rma_direct_size   = SIZE_MAX;
     con->pub.socket        = &sock->pub;
     con->pub.state         = PSCOM_CON_STATE_CLOSED;
     con->pub.type          = PSCOM_CON_TYPE_NONE;
@@ -84,6 +85,17 @@ pscom_sock_t *pscom_con_sock(pscom_con_t *con)
 void pscom_con_set_rendezvous_size(pscom_con_t *con, size_t size)
 {
     con->rendezvous_size = size;
+}
+
+void pscom_con_set_rma_direct_size(pscom_con_t *con, size_t size)
+{
+    con->rma_direct_size = size;
+}
+
+int pscom_con_direct(const pscom_con_t *con, uint64_t cap, size_t len)
+{
+    return len && len >= con->rma_direct_size && con->transport &&
+           (con->transport->caps & cap);
 }
 
 const char *pscom_con_name(pscom_con_t *con)
@@ -183,6 +195,7 @@ void pscom_con_setup_loop(pscom_con_t *con)
     ri->rank             = rank;
     ri->id               = &con->pub;
     con->transport       = &pscom_loop_desc;
+    con->rma_direct_size = 1; /* loop: direct memory access is a memcpy */
     con->pub.state       = PSCOM_CON_STATE_RW;
     con->pub.type        = PSCOM_CON_TYPE_LOOP;
     pscom_con_list(con);

@@ -39,6 +39,7 @@ struct pscom_con {
     pscom_list_t rndv_recvs;    /* rendezvous receives waiting for data (req.next) */
     pscom_list_t rma_pending;   /* RMA reads/gets waiting for their answer (req.next) */
     size_t rendezvous_size;     /* sends of at least this many bytes use rendezvous */
+    size_t rma_direct_size;     /* direct memory access (transport caps) from this size */
 
     unsigned listed : 1;        /* in sock->connections (visible to the user) */
     unsigned user_closed : 1;   /* pscom_close_connection() was called */
@@ -112,6 +113,12 @@ void pscom_con_fail_requests(pscom_con_t *con);
 void pscom_con_report_error(pscom_con_t *con, pscom_op_t op, pscom_err_t err);
 /* Free if nothing refers to it any more (user closed, transport closed). */
 void pscom_con_release(pscom_con_t *con);
+
+/* Do len bytes move through the transport's direct memory access (ops
+ * rma_read/rma_write): does it have cap (PSCOM_PLUGIN_CAP_RMA_READ,
+ * _RMA_WRITE or _RNDV_READ) and is len at least the connection's direct
+ * size? The op may still decline (<0): then messages are used. */
+int pscom_con_direct(const pscom_con_t *con, uint64_t cap, size_t len);
 
 /* Is the connection able to take new receives / sends? */
 static inline int pscom_con_readable(pscom_con_t *con)

@@ -195,11 +195,6 @@ PSCOM_API void pscom_register_rma_callbacks(void (*target_callback)(pscom_reques
 
 /* ---- origin side ----------------------------------------------------------- */
 
-static int has_cap(const pscom_con_t *con, uint64_t cap)
-{
-    return con->transport && (con->transport->caps & cap);
-}
-
 /* Common start of put/get-like operations. Returns the connection, or
  * NULL after completing the request with an error. */
 static pscom_con_t *rma_begin(pscom_request_t *r, pscom_req_state_t state, size_t min_xlen,
@@ -240,7 +235,7 @@ static void put_like(pscom_request_t *r, uint8_t type, uint8_t done_type)
     r->data                        = r->rma.origin_addr;
     r->xheader.rma_put.common.dest = r->rma.target_addr;
     r->xheader.rma_put.common.memh = (void *)(uintptr_t)r->rma.rkey->memh_id;
-    if (done_type && has_cap(con, PSCOM_PLUGIN_CAP_RMA_WRITE) &&
+    if (done_type && pscom_con_direct(con, PSCOM_PLUGIN_CAP_RMA_WRITE, r->data_len) &&
         con->transport->ops->rma_write(con, r->data, (uint64_t)(uintptr_t)r->rma.target_addr,
                                        r->data_len) == 0) {
         /* data is there: only tell the target, for its callback. The
@@ -306,7 +301,7 @@ PSCOM_API void pscom_post_rma_get(pscom_request_t *request)
     pscom_con_t *con = rma_begin(r, PSCOM_REQ_STATE_RMA_READ_REQUEST | PSCOM_REQ_STATE_POSTED,
                                  sizeof(pscom_rma_get_data_t), 1);
     if (!con) goto out;
-    if (has_cap(con, PSCOM_PLUGIN_CAP_RMA_READ) &&
+    if (pscom_con_direct(con, PSCOM_PLUGIN_CAP_RMA_READ, r->data_len) &&
         con->transport->ops->rma_read(con, r->rma.origin_addr,
                                       (uint64_t)(uintptr_t)r->rma.target_addr, r->data_len) == 0) {
         r->data                           = r->rma.origin_addr;
@@ -525,6 +520,16 @@ static void log_bad(pscom_con_t *con, const char *what, uint64_t addr, uint64_t 
              pscom_con_name(con), what, (unsigned long long)len, (unsigned long long)addr);
 }
 
+/* The peer moved the data itself (transport with direct memory access;
+ * it checked the range against its remote key), but the region is gone:
+ * it used a key of a region deregistered since. */
+static void log_stale(pscom_con_t *con, const char *what, uint64_t addr, uint64_t len)
+{
+    plog_err("%s: RMA %s of %llu bytes at %#llx was done directly by the peer, but no region "
+             "is registered there (any more): an operation after pscom_mem_deregister?",
+             pscom_con_name(con), what, (unsigned long long)len, (unsigned long long)addr);
+}
+
 static int recv_put(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **reqp, int op,
                     int direct)
 {
@@ -542,7 +547,8 @@ static int recv_put(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **reqp
     }
     struct PSCOM_memh *m = memh_find(id);
     if (!m || !in_range((uint64_t)(uintptr_t)m->addr, m->len, dest, len)) {
-        log_bad(con, op == PSCOM_RMA_PUT ? "put" : "accumulate", dest, len);
+        (direct ? log_stale : log_bad)(con, op == PSCOM_RMA_PUT ? "put" : "accumulate", dest,
+                                       len);
         return 0;
     }
     int temp       = op == PSCOM_RMA_ACCUMULATE;
@@ -563,7 +569,7 @@ static void answer_get(pscom_con_t *con, pscom_header_net_t *hn, int direct)
     uint64_t src = (uint64_t)(uintptr_t)c.src, memh_id = (uint64_t)(uintptr_t)c.memh;
     struct PSCOM_memh *m = memh_find(memh_id);
     int ok = m && in_range((uint64_t)(uintptr_t)m->addr, m->len, src, c.src_len);
-    if (!ok) log_bad(con, "get", src, c.src_len);
+    if (!ok) (direct ? log_stale : log_bad)(con, "get", src, c.src_len);
     pscom_req_t *p =
         ok ? passive_create(con, hn, hn->xheader_len, 0, memh_id, PSCOM_RMA_GET) : NULL;
     if (direct) {

@@ -4,10 +4,13 @@
  * and the legacy rma_write/rma_read.
  *
  * Origin and target exchange messages over the connection; a transport
- * with PSCOM_PLUGIN_CAP_RMA_READ/WRITE moves put/get data directly and
- * only a notification goes through the stream (the target's callback
- * still runs once per operation). Every address a peer sends is checked
- * against a registered region before it is touched.
+ * with PSCOM_PLUGIN_CAP_RMA_READ/WRITE (shm with cross-memory attach,
+ * loopback) moves put/get data of at least the connection's direct size
+ * itself, without the target's CPU, and only a notification goes through
+ * the stream (the target's callback still runs once per operation). Every
+ * address a peer sends is checked against a registered region before it
+ * is touched; a direct operation is checked at the origin against the
+ * remote key (the target can only log one on a region deregistered since).
  */
 #ifndef PSCOM_RMA_H
 #define PSCOM_RMA_H

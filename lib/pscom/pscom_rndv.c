@@ -25,11 +25,6 @@ static pscom_req_t *find_id(pscom_list_t *q, uint64_t id)
     return NULL;
 }
 
-static int has_read(const pscom_con_t *con)
-{
-    return con->transport && (con->transport->caps & PSCOM_PLUGIN_CAP_RMA_READ);
-}
-
 /* ---- sender ------------------------------------------------------------ */
 
 void pscom_rndv_send(pscom_con_t *con, pscom_req_t *req)
@@ -50,7 +45,9 @@ void pscom_rndv_send(pscom_con_t *con, pscom_req_t *req)
     pscom_rndv_rts_t rts = {
         .sender_id = htole64(req->id),
         .data_len  = htole64(r->data_len),
-        .src_addr  = htole64(has_read(con) ? (uint64_t)(uintptr_t)r->data : 0),
+        .src_addr  = htole64(pscom_con_direct(con, PSCOM_PLUGIN_CAP_RNDV_READ, r->data_len)
+                                 ? (uint64_t)(uintptr_t)r->data
+                                 : 0),
     };
     memcpy(rts_req->pub.data, &rts, sizeof(rts));
     pscom_list_add_tail(&req->next, &con->rndv_sends);
@@ -134,7 +131,7 @@ void pscom_rndv_matched(pscom_con_t *con, pscom_req_t *req, const pscom_rndv_rts
         pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
         return;
     }
-    if (len && src && has_read(con) &&
+    if (src && pscom_con_direct(con, PSCOM_PLUGIN_CAP_RNDV_READ, len) &&
         con->transport->ops->rma_read(con, req->pub.data, src, len) == 0) {
         send_fin(con, sender_id, 0);
         pscom_req_complete(req);

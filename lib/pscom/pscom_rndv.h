@@ -5,7 +5,7 @@
  * and {sender id, length, buffer address}); the receiver matches it like
  * any USER message, without buffering its data. Once a receive is
  * matched, the receiver either reads the data straight from the sender's
- * buffer (transports with PSCOM_PLUGIN_CAP_RMA_READ) and answers with FIN,
+ * buffer (transports with PSCOM_PLUGIN_CAP_RNDV_READ) and answers with FIN,
  * or answers CTS {length it wants}, and the sender pushes the data as one
  * RENDEZVOUS_DATA message from the user's buffer into the user's buffer
  * (the byte stream pipelines it; nothing is buffered twice, and a

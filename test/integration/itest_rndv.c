@@ -24,6 +24,8 @@
  *  - any-source receives (socket receives and global ones) of rendezvous
  *    and eager messages from three clients: every message exactly once,
  *    per-source order kept, content right.
+ *  - the sizes again with only the transport's variable set
+ *    (PSP_TCP_RENDEZVOUS or PSP_UCP_RENDEZVOUS, PSP_RENDEZVOUS unset).
  *  - a matched rendezvous receive cannot be cancelled (pscom_cancel_recv
  *    returns 0 once IO_STARTED is set) and completes normally; a
  *    rendezvous send either cancels cleanly or completes normally.
@@ -558,5 +560,17 @@ int main(void)
     if (tu_run("rndv_flood", 1, flood_server, flood_client, NULL)) return 1;
     if (tu_run("rndv_any_source", NANY_CLIENTS, any_server, any_client, NULL)) return 1;
     if (tu_run("rndv_cancel", 1, cancel_server, cancel_client, NULL)) return 1;
+
+    /* the transport's own variable alone sets the threshold as well
+     * (PSP_TCP_RENDEZVOUS, PSP_UCP_RENDEZVOUS; shm's PSP_SHM_RENDEZVOUS is
+     * its single-copy threshold, see lib/plugins/shm) */
+    const char *type = getenv("PSCOM_TEST_CONTYPE");
+    if (type && (!strcmp(type, "tcp") || !strcmp(type, "ucp"))) {
+        char var[32];
+        snprintf(var, sizeof(var), "PSP_%s_RENDEZVOUS", !strcmp(type, "tcp") ? "TCP" : "UCP");
+        unsetenv("PSP_RENDEZVOUS");
+        setenv(var, thr, 1);
+        if (tu_run("rndv_sizes_transport_var", 1, sizes_server, sizes_client, NULL)) return 1;
+    }
     return 0;
 }

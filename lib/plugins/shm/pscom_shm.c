@@ -844,6 +844,9 @@ static int shm_con_start(pscom_con_t *con, int *fd)
      * PSP_RENDEZVOUS says; the data of any large message on the wire, its
      * RENDEZVOUS_DATA included, takes our single copy. */
     sc->rndv_size = shm_config.rendezvous >= PSCOM_ENV_UINT_INF ? SIZE_MAX : shm_config.rendezvous;
+    /* RMA puts/gets (and the core's rendezvous reads) of that size on go
+     * straight to or from the peer's memory */
+    if (sc->cma) pscom_con_set_rma_direct_size(con, sc->rndv_size);
     shm_busy_update(sc);
     plog_dbg("%s: shm: started (rings %llu/%llu bytes, chunk %u, %s)", pscom_con_name(con),
              (unsigned long long)(sc->rx.mask + 1), (unsigned long long)(sc->tx.mask + 1),
@@ -857,6 +860,32 @@ err_poll:
     sc->con    = NULL;
     shm_con_abort(con);
     return -1;
+}
+
+/* ---- direct memory access (RMA put/get, rendezvous reads) ------------------ */
+
+/* One system call straight between our memory and the peer's (the core
+ * asks only from the single-copy threshold on, set in shm_con_start). The
+ * peer's CPU is not involved; a failure (peer gone, address not mapped,
+ * single copy refused) makes the core send messages instead. */
+static int shm_rma_read(pscom_con_t *con, void *dst, uint64_t remote_src, size_t len)
+{
+    shm_con_t *sc = shm_con(con);
+    if (!sc->cma || sc->closed) return -1;
+    int err = shm_cma_read(sc->peer_pid, dst, remote_src, len);
+    if (err) plog_dbg("%s: shm: direct read of %zu bytes failed: %s", pscom_con_name(con), len,
+                      strerror(-err));
+    return err ? -1 : 0;
+}
+
+static int shm_rma_write(pscom_con_t *con, const void *src, uint64_t remote_dst, size_t len)
+{
+    shm_con_t *sc = shm_con(con);
+    if (!sc->cma || sc->closed) return -1;
+    int err = shm_cma_write(sc->peer_pid, src, remote_dst, len);
+    if (err) plog_dbg("%s: shm: direct write of %zu bytes failed: %s", pscom_con_name(con), len,
+                      strerror(-err));
+    return err ? -1 : 0;
 }
 
 static void shm_close(pscom_con_t *con)
@@ -885,6 +914,8 @@ static const pscom_plugin_ops_t shm_ops = {
     .con_abort   = shm_con_abort,
     .write_start = shm_write_start,
     .close       = shm_close,
+    .rma_read    = shm_rma_read,
+    .rma_write   = shm_rma_write,
 };
 
 PSCOM_PLUGIN_DEFINE(shm) = {
@@ -894,9 +925,8 @@ PSCOM_PLUGIN_DEFINE(shm) = {
     .con_type      = PSCOM_CON_TYPE_SHM,
     .priority      = 90,
     .user_priority = 1,
-    /* No CAP_RMA_READ/WRITE: the core would then let RMA gets and puts
-     * bypass the target's checks (deregistered windows, put lengths). */
-    .caps          = PSCOM_PLUGIN_CAP_SAME_NODE,
+    .caps          = PSCOM_PLUGIN_CAP_SAME_NODE | PSCOM_PLUGIN_CAP_RMA_READ |
+                     PSCOM_PLUGIN_CAP_RMA_WRITE,
     .con_priv_size = sizeof(shm_con_t),
     .ops           = &shm_ops,
 };

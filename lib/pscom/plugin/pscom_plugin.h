@@ -34,6 +34,12 @@
  * so that those copies do not run into a CPU's slow path for misaligned
  * source and destination. The receiving core drops PAD messages. */
 #define PSCOM_PLUGIN_CAP_STREAM_PAD (1ULL << 3)
+/* Rendezvous read mode (needs CAP_RMA_READ): once a receive matched, the
+ * core reads the data straight from the sender's buffer with ops.rma_read
+ * and answers FIN. Without it the sender pushes the data as one message
+ * (which a transport may still move its own way: shm's single copy, where
+ * the sender helps, is twice as fast as one reader alone). */
+#define PSCOM_PLUGIN_CAP_RNDV_READ (1ULL << 4)
 
 /* Largest blob a plugin exchanges in one handshake step. */
 #define PSCOM_PRECON_BLOB_MAX 1024
@@ -129,6 +135,11 @@ PSCOM_PLUGIN_API const char *pscom_con_name(pscom_con_t *con); /* for logs */
 /* Sends of at least size bytes use the rendezvous protocol on this
  * connection (default: PSP_RENDEZVOUS). Call from con_start. */
 PSCOM_PLUGIN_API void pscom_con_set_rendezvous_size(pscom_con_t *con, size_t size);
+/* RMA puts/gets and rendezvous reads of at least size bytes use the
+ * direct ops (rma_write/rma_read, with CAP_RMA_WRITE/READ) on this
+ * connection; smaller ones go as messages (default: SIZE_MAX, never).
+ * Call from con_start. */
+PSCOM_PLUGIN_API void pscom_con_set_rma_direct_size(pscom_con_t *con, size_t size);
 
 /* ---- reading ---------------------------------------------------------- */
 
