@@ -285,7 +285,7 @@ static void check_user(pscom_request_t *req, const rma_uhead_t *h, const unsigne
     TU_ASSERT_EQ(h->magic, UMAGIC);
     TU_ASSERT_EQ(h->op, op);
     TU_ASSERT_EQ(h->tail_len, tail_len);
-    unsigned char want[128];
+    unsigned char want[128] = {0};
     fill_tail(want, tail_len, h->seq, op);
     TU_ASSERT_MEM_EQ(tail, want, tail_len);
 }
