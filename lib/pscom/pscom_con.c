@@ -397,8 +397,12 @@ void pscom_con_fail_requests(pscom_con_t *con)
             pscom_req_fail(in);
         }
     }
-    con->in.skipping = 0;
-    con->in.fill     = 0;
+    if (con->in.pin_merge) pscom_req_fail(con->in.pin_merge); /* matched the pinned one */
+    con->in.pin_merge = NULL;
+    con->in.pinned    = 0; /* the transport's close op stopped its writes */
+    con->in.pin_drop  = 0;
+    con->in.skipping  = 0;
+    con->in.fill      = 0;
     pscom_recv_fail_con(con);
     pscom_rndv_fail_con(con);
     pscom_rma_fail_con(con);

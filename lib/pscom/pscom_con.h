@@ -21,6 +21,13 @@ typedef struct pscom_con_in {
     size_t data_done;   /* data bytes of the current message consumed so far */
     size_t data_len;    /* data bytes of the current message */
     int skipping;       /* current message has no request (data is dropped) */
+    /* pscom_read_pin(): the transport fills the buffer of req asynchronously
+     * until its next pscom_read_done(). Until then req stays where it is: an
+     * unexpected req that a receive matches or that is dropped meanwhile is
+     * merged or freed at that read_done (pscom_io.c read_unpin). */
+    int pinned;
+    int pin_drop;           /* the pinned unexpected req was dropped (user close) */
+    pscom_req_t *pin_merge; /* the receive that matched the pinned unexpected req */
 } pscom_con_in_t;
 
 struct pscom_con {

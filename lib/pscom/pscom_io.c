@@ -216,9 +216,39 @@ static int process_buffer(pscom_con_t *con)
     return 0;
 }
 
+void pscom_read_pin(pscom_con_t *con)
+{
+    con->in.pinned = 1;
+}
+
+/* The pinned buffer is filled up to data_done + len: now do what was
+ * deferred for its unexpected request (pscom_queues.c merge() and
+ * pscom_unexpected_drop_con()). */
+static void read_unpin(pscom_con_t *con, size_t len)
+{
+    pscom_con_in_t *in = &con->in;
+    pscom_req_t *gen   = in->req;
+    in->pinned         = 0;
+    if (in->pin_merge) {
+        pscom_req_t *req = in->pin_merge;
+        size_t have      = in->data_done + len;
+        size_t copy      = have < req->pub.data_len ? have : req->pub.data_len;
+        in->pin_merge    = NULL;
+        if (copy) memcpy(req->pub.data, gen->pub.data, copy);
+        in->req = req;
+        pscom_req_free(gen);
+    } else if (in->pin_drop) {
+        in->pin_drop = 0;
+        in->req      = NULL;
+        in->skipping = 1;
+        pscom_req_free(gen);
+    }
+}
+
 int pscom_read_done(pscom_con_t *con, size_t len)
 {
     pscom_con_in_t *in = &con->in;
+    if (pscom_unlikely(in->pinned)) read_unpin(con, len);
     if (!len) return 0;
     pscom.progress_counter++;
     if (in_data_phase(in)) {

@@ -205,8 +205,12 @@ static void merge(pscom_req_t *req, pscom_req_t *gen)
         pscom_req_free(gen);
         pscom_req_complete(req);
     } else {
-        /* still arriving: the rest goes straight into the user's buffer */
         assert(con->in.req == gen);
+        if (con->in.pinned) { /* the transport writes into gen: at its read_done */
+            con->in.pin_merge = req;
+            return;
+        }
+        /* still arriving: the rest goes straight into the user's buffer */
         con->in.req = req;
         pscom_req_free(gen);
     }
@@ -284,6 +288,10 @@ void pscom_unexpected_drop_con(pscom_con_t *con)
         pscom_req_t *gen = pscom_list_entry(pos, pscom_req_t, next);
         unexpected_unlink(gen);
         if (con->in.req == gen) {
+            if (con->in.pinned) { /* the transport writes into gen: at its read_done */
+                con->in.pin_drop = 1;
+                continue;
+            }
             con->in.req      = NULL; /* the rest of this message is dropped */
             con->in.skipping = 1;
         }

@@ -308,6 +308,89 @@ static void test_closed_connection_fails_receive(void **state)
     free_req(late);
 }
 
+/* ---- pscom_read_pin(): a buffer the transport fills asynchronously ------ */
+
+/* Feed header + xheader of a USER message of len data bytes; return the
+ * (pinned) buffer pscom_read_get_buf() names for the data. */
+static char *head_pinned(pscom_con_t *con, uint32_t tag, size_t len)
+{
+    unsigned char head[8 + sizeof(tag)];
+    pscom_wire_header_encode(head, sizeof(tag), PSCOM_MSGTYPE_USER, len);
+    memcpy(head + 8, &tag, sizeof(tag));
+    assert_int_equal(pscom_read_feed(con, (char *)head, sizeof(head)), 0);
+    char *buf;
+    size_t n;
+    pscom_read_get_buf(con, &buf, &n);
+    assert_int_equal(n, len);
+    pscom_read_pin(con);
+    return buf;
+}
+
+static void test_pin_merge(void **state)
+{
+    fixture_t *f = *state;
+    char *buf    = head_pinned(f->con1, 5, 64); /* unexpected: the library's buffer */
+    pscom_request_t *a = recv_req(&f->con1->pub, NULL, 64);
+    pscom_request_t *t = recv_req(&f->con1->pub, NULL, 16);
+    pscom_post_recv(a); /* matches while the transport still writes */
+    assert_false(pscom_req_is_done(a));
+    assert_int_equal(pscom_list_count(&f->con1->genrecvq), 0);
+    assert_int_equal(((char *)a->data)[0], 0); /* nothing copied yet */
+    memset(buf, 'p', 64);                      /* the buffer stayed valid */
+    assert_int_equal(pscom_read_done(f->con1, 64), 0);
+    assert_true(pscom_req_successful(a));
+    assert_int_equal(tag_of(a), 5);
+    assert_int_equal(((char *)a->data)[0], 'p');
+    assert_int_equal(((char *)a->data)[63], 'p');
+    /* truncating receive, then the stream goes on */
+    buf = head_pinned(f->con1, 6, 32);
+    pscom_post_recv(t);
+    memset(buf, 'q', 32);
+    assert_int_equal(pscom_read_done(f->con1, 32), 0);
+    assert_true(pscom_req_is_done(t));
+    assert_true(t->state & PSCOM_REQ_STATE_TRUNCATED);
+    assert_int_equal(((char *)t->data)[15], 'q');
+    pscom_request_t *b = recv_req(&f->con1->pub, NULL, 8);
+    pscom_post_recv(b);
+    deliver(f->con1, 7, 8, 'r');
+    assert_true(pscom_req_successful(b));
+    assert_int_equal(tag_of(b), 7);
+    free_req(a);
+    free_req(t);
+    free_req(b);
+}
+
+static void test_pin_drop(void **state)
+{
+    fixture_t *f = *state;
+    char *buf    = head_pinned(f->con1, 5, 4096);
+    pscom_unexpected_drop_con(f->con1); /* as pscom_close_connection does */
+    assert_int_equal(pscom_list_count(&f->con1->genrecvq), 0);
+    memset(buf, 'd', 4096); /* still valid (ASan checks) */
+    assert_int_equal(pscom_read_done(f->con1, 4096), 0);
+    pscom_request_t *b = recv_req(&f->con1->pub, NULL, 8);
+    pscom_post_recv(b);
+    deliver(f->con1, 8, 8, 's');
+    assert_true(pscom_req_successful(b));
+    assert_int_equal(tag_of(b), 8);
+    free_req(b);
+}
+
+static void test_pin_fail(void **state)
+{
+    fixture_t *f       = *state;
+    (void)head_pinned(f->con1, 5, 128);
+    pscom_request_t *a = recv_req(&f->con1->pub, NULL, 128);
+    pscom_post_recv(a);
+    assert_false(pscom_req_is_done(a));
+    /* the transport failed (its close op stopped the writes) */
+    pscom_con_fail_requests(f->con1);
+    assert_true(pscom_req_is_done(a));
+    assert_true(a->state & PSCOM_REQ_STATE_ERROR);
+    assert_false(f->con1->in.pinned);
+    free_req(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +404,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_global_any_and_iprobe, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_unparks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_closed_connection_fails_receive, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pin_merge, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pin_drop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pin_fail, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

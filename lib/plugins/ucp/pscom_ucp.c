@@ -21,9 +21,6 @@ static const pscom_env_entry_t ucp_env[] = {
      PSCOM_ENV_HAS_PARENT | PSCOM_ENV_HIDDEN},
     {"SMALL_MSG_LEN", "350", "Messages up to this size (header, xheader and data) are packed "
      "into one UCX send", &ucp_cfg.small_msg_len, PSCOM_ENV_UINT, 0},
-    {"BOUNCE_MAX", "67108864", "Without zero-copy receives: payloads up to this size go through a "
-     "bounce buffer, larger ones are streamed", &ucp_cfg.bounce_max, PSCOM_ENV_UINT,
-     PSCOM_ENV_HIDDEN},
     {NULL},
 };
 

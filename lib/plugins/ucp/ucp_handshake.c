@@ -203,47 +203,11 @@ static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
     ucp_req_release(request);
 }
 
-typedef struct ep_later {
-    struct ep_later *next;
-    ucp_ep_h ep;
-    int force;
-} ep_later_t;
-static ep_later_t *eps_later;
-
-static void ep_close_now(ucp_ep_h ep, int force);
-
-/* Endpoints whose close came from inside a UCX callback (see ep_close). */
-void ucp_ep_close_deferred(void)
-{
-    ucp_g.eps_later = 0;
-    while (eps_later) {
-        ep_later_t *l = eps_later;
-        eps_later     = l->next;
-        ep_close_now(l->ep, l->force);
-        free(l);
-    }
-}
-
 static void ep_close(ucp_con_t *uc, int force)
 {
     ucp_ep_h ep = uc->ep;
     if (!ep) return;
-    uc->ep = NULL;
-    if (ucp_g.in_cb) { /* not from inside UCX: later, from the poller */
-        ep_later_t *l = malloc(sizeof(*l));
-        if (l) {
-            *l              = (ep_later_t){.next = eps_later, .ep = ep, .force = force};
-            eps_later       = l;
-            ucp_g.eps_later = 1;
-            ucp_wake();
-            return;
-        }
-    }
-    ep_close_now(ep, force);
-}
-
-static void ep_close_now(ucp_ep_h ep, int force)
-{
+    uc->ep                = NULL;
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
         .cb.send      = ep_close_cb,
@@ -375,13 +339,14 @@ int ucp_con_start(pscom_con_t *con, int *fd)
 /* Everything of the connection except the socket. */
 static void con_teardown(ucp_con_t *uc, int force)
 {
+    ucp_rx_close(uc);
+    ep_close(uc, force);
+    ucp_rx_close_end(uc);
     uc->closed = 1;
     ucp_con_id_free(uc->id); /* from now on, arrivals and completions are dropped */
     uc->id = 0;
     pscom_list_del(&uc->dirty_next);
     pscom_list_del(&uc->fail_next);
-    ucp_rx_close(uc);
-    ep_close(uc, force);
     free(uc->peer_addr);
     uc->peer_addr = NULL;
 }

@@ -59,7 +59,6 @@ typedef struct ucp_cfg {
     unsigned fastinit;       /* PSP_UCP_FASTINIT: context/worker in init() */
     unsigned rendezvous;     /* PSP_UCP_RENDEZVOUS: pscom-level threshold (inf) */
     unsigned small_msg_len;  /* PSP_UCP_SMALL_MSG_LEN: packed into one send */
-    unsigned bounce_max;     /* PSP_UCP_BOUNCE_MAX (hidden): see ucp_recv.c */
 } ucp_cfg_t;
 extern ucp_cfg_t ucp_cfg;
 
@@ -86,22 +85,18 @@ typedef struct ucp_req {
     int completed;
     ucs_status_t status;
     uint64_t con_id;         /* owner (looked up, never a pointer) */
-    unsigned slot;           /* SEND: tx ring slot; RECV: kind; DATA in place: bytes kept */
-    char *buf;               /* RECV, DATA: bounce buffer; SEND: heap copy; or NULL */
+    unsigned slot;           /* SEND: tx ring slot; RECV: kind; DATA: bytes kept */
+    char *buf;               /* RECV: its buffer; SEND: heap copy; or NULL */
     size_t len;
     ucp_partial_t *partial;  /* DATA/DISCARD through the generic datatype */
 } ucp_req_t;
 
-/* Generic datatype state (ucp_recv.c). partial: keep the first `keep`
- * bytes at dst, drop the rest; stream: hand each piece to the core. */
+/* Generic datatype state (ucp_recv.c): keep the first `keep` bytes at
+ * dst, drop the rest (truncated receives, dropped messages). */
 struct ucp_partial {
     char *dst;
     size_t keep;
     size_t total;
-    uint64_t con_id; /* stream: the receiving connection */
-    size_t done;     /* stream: bytes handed over in order */
-    char *reorder;   /* stream: pieces after one that came out of order */
-    int stream;
 };
 
 /* ---- connections ---------------------------------------------------------------- */
@@ -164,10 +159,7 @@ typedef struct ucp_global {
     ucp_worker_h worker;
     ucp_address_t *addr;
     size_t addr_len;
-    ucp_datatype_t dt_partial; /* generic datatypes of ucp_partial_t */
-    ucp_datatype_t dt_stream;
-    int in_cb;                 /* inside a UCX callback that calls the core */
-    int eps_later;             /* endpoint closes deferred (ucp_ep_close_deferred) */
+    ucp_datatype_t dt_partial; /* generic datatype of ucp_partial_t */
     int init_failed;           /* do not try again */
     pscom_ufd_t efd;           /* worker event fd, in the core's epoll set */
     pscom_poller_t poller;
@@ -225,8 +217,6 @@ void ucp_con_close(pscom_con_t *con);
  * receive) to the core once the messages that arrived before it are in.
  * Returns 1 when done with it, 0 to be asked again. */
 int ucp_con_check_failed(ucp_con_t *uc);
-/* endpoint closes that had to wait until we were out of a UCX callback */
-void ucp_ep_close_deferred(void);
 /* read the handshake socket: goodbye byte, or EOF (sets sock_dead) */
 void ucp_sock_poll(ucp_con_t *uc);
 
@@ -245,11 +235,14 @@ void ucp_send_cb(void *request, ucs_status_t status, void *user_data);
 void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
 /* handle completions and stashed messages of a connection */
 void ucp_rx_pump(ucp_con_t *uc);
-/* close: drop stashed messages, orphan the receive in flight */
+/* close: before the endpoint is closed, drop stashed messages and cancel
+ * the receive in flight; after it, let a receive into the core's buffer end
+ * (bounded by UCP_RX_DRAIN_US, see ucp_recv.c) */
 void ucp_rx_close(ucp_con_t *uc);
+void ucp_rx_close_end(ucp_con_t *uc);
+#define UCP_RX_DRAIN_US 100000
 /* receive and drop a message */
 void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
-extern const ucp_generic_dt_ops_t ucp_partial_ops, ucp_stream_ops;
-void ucp_rx_fini(void); /* free the cached bounce buffer */
+extern const ucp_generic_dt_ops_t ucp_partial_ops;
 
 #endif /* UCP_PRIV_H */

@@ -7,17 +7,19 @@
  * checked), one UCX receive at a time; what arrives meanwhile waits in the
  * connection's stash (as a UCX message handle, not copied).
  *
- *   MSG   received into the connection's bounce buffer and handed to the
+ *   MSG   received into the connection's receive buffer and handed to the
  *         core with pscom_read_feed() (header, xheader and data at once).
  *   HEAD  the same, but only header + xheader; the core then is in the
  *         data phase, and the receive for the following DATA message is
  *         posted by its tag right away (data_early), so that UCX can place
  *         the payload as it arrives.
- *   DATA  where it goes: see post_data() (in place with a pinned buffer or
- *         for truncated receives; else a bounce buffer or streaming). If the
- *         matched buffer is shorter than the message (truncation, or no
- *         receiver at all) the core is told about the remaining bytes chunk
- *         by chunk, so it sees the real length and the stream stays in sync.
+ *   DATA  straight into the buffer pscom_read_get_buf() names, zero-copy:
+ *         the plugin pins it (pscom_read_pin), so the core keeps it in place
+ *         while UCX writes. If the matched buffer is shorter than the
+ *         message (truncation, or no receiver at all) a generic datatype
+ *         keeps what fits and the core is told about the remaining bytes
+ *         chunk by chunk, so it sees the real length and the stream stays
+ *         in sync.
  *
  * Messages for connection ids we do not know (closed connections) are
  * received and dropped.
@@ -28,16 +30,6 @@
 #include "ucp_priv.h"
 
 #define RXBUF_MIN 512
-
-/* Can the core keep the buffer of an asynchronous receive in place? */
-#ifdef PSCOM_PLUGIN_HAS_READ_PIN
-#define UCP_READ_PIN 1
-#else
-#define UCP_READ_PIN 0
-static void pscom_read_pin(pscom_con_t *con)
-{
-}
-#endif
 
 /* ---- generic datatype: keep a prefix, drop the rest ----------------------------- */
 
@@ -88,13 +80,9 @@ static ucp_partial_t *partial_new(char *dst, size_t keep, size_t total)
 {
     ucp_partial_t *p = malloc(sizeof(*p));
     if (!p) return NULL;
-    p->dst     = dst;
-    p->keep    = keep;
-    p->total   = total;
-    p->con_id  = 0;
-    p->done    = 0;
-    p->reorder = NULL;
-    p->stream  = 0;
+    p->dst   = dst;
+    p->keep  = keep;
+    p->total = total;
     return p;
 }
 
@@ -209,159 +197,14 @@ static int data_done(ucp_con_t *uc, size_t len, size_t keep)
     return 0;
 }
 
-/* ---- generic datatype: stream into the core ------------------------------------ */
-
 /*
- * Without a pinned buffer (see post_data), DATA is received through this
- * datatype: each piece UCX unpacks is copied at once into wherever
- * pscom_read_get_buf() points at that moment and reported with
- * pscom_read_done(), exactly like a stream transport does. Between two
- * pieces the core may move the target (a receive matched the unexpected
- * message, or the user closed the connection); it never sees bytes that
- * were not handed over synchronously. Costs one copy, needs no memory.
- *
- * Core calls from inside a UCX callback: only pscom_read_get_buf() and
- * pscom_read_done() of a message's payload, which cannot end the
- * connection (only EOF and protocol errors do, both at message starts).
- * Sends that the core queues meanwhile (control messages) are posted by
- * the poller afterwards (ucp_g.in_cb, see ucp_write_start).
- *
- * UCX delivers the pieces of a message in order over one lane; if one
- * comes out of order anyway, the rest of the message is collected in a
- * buffer and handed over on completion.
+ * DATA: msg is the probed message, or NULL to post the receive by its tag
+ * before it arrives (right after its HEAD). UCX writes straight into the
+ * buffer pscom_read_get_buf() names, which we pin until data_done(). If
+ * that buffer is shorter than the message (a truncating receive, or the
+ * core's scratch buffer when nobody receives it), the partial datatype
+ * keeps what fits and drops the rest.
  */
-static void *st_start_unpack(void *context, void *buffer, size_t count)
-{
-    return buffer; /* the ucp_partial_t */
-}
-
-static void stream_to_core(ucp_con_t *uc, const char *src, size_t len)
-{
-    ucp_g.in_cb++;
-    while (len && !uc->closed) {
-        char *b;
-        size_t n;
-        pscom_read_get_buf(uc->con, &b, &n);
-        if (n > len) n = len;
-        memcpy(b, src, n);
-        src += n;
-        len -= n;
-        if (read_done(uc, n)) break;
-    }
-    ucp_g.in_cb--;
-}
-
-static ucs_status_t st_unpack(void *state, size_t offset, const void *src, size_t length)
-{
-    ucp_partial_t *p = state;
-    if (p->reorder || offset != p->done) {
-        if (!p->reorder) {
-            p->reorder = malloc(p->total);
-            if (!p->reorder) return UCS_ERR_NO_MEMORY;
-        }
-        memcpy(p->reorder + offset, src, length);
-        return UCS_OK;
-    }
-    p->done += length;
-    ucp_con_t *uc = ucp_con_lookup(p->con_id);
-    if (uc && !uc->closed) stream_to_core(uc, src, length);
-    return UCS_OK;
-}
-
-const ucp_generic_dt_ops_t ucp_stream_ops = {
-    .start_pack   = pt_start_pack,
-    .start_unpack = st_start_unpack,
-    .packed_size  = pt_packed_size,
-    .pack         = pt_pack,
-    .unpack       = st_unpack,
-    .finish       = pt_finish,
-};
-
-/* ---- bounce buffers -------------------------------------------------------------- */
-
-/*
- * Streaming makes UCX (1.13) fall back from its zero-copy rendezvous to
- * pipelined copies, which is slow for large messages (about 1 GB/s over
- * shared memory at 4 MiB). Up to PSP_UCP_BOUNCE_MAX (hidden, 64 MiB) bytes,
- * DATA therefore goes into a bounce buffer of the plugin (UCX's zero-copy
- * protocols apply) and is copied into the core at completion: one copy,
- * but fast. One buffer is
- * kept for reuse, so that a stream of large messages does not fault in
- * fresh pages every time. Larger messages are streamed (no memory of their
- * size is needed).
- */
-static char *spare;
-static size_t spare_cap;
-
-static char *bounce_get(size_t len)
-{
-    if (spare && spare_cap >= len) {
-        char *b = spare;
-        spare   = NULL;
-        return b;
-    }
-    return malloc(len);
-}
-
-static void bounce_put(char *b, size_t len)
-{
-    if (!spare) {
-        spare     = b;
-        spare_cap = len;
-    } else if (spare_cap < len) {
-        free(spare);
-        spare     = b;
-        spare_cap = len;
-    } else {
-        free(b);
-    }
-}
-
-void ucp_rx_fini(void)
-{
-    free(spare);
-    spare     = NULL;
-    spare_cap = 0;
-}
-
-/* DATA arrived in a bounce buffer: hand it over (the core stores what the
- * receiver takes and drops the rest). */
-static int bounce_done(ucp_con_t *uc, char *buf, size_t len)
-{
-    uc->rx_data_len = 0;
-    int stopped     = feed(uc, buf, len);
-    bounce_put(buf, len);
-    return stopped;
-}
-
-/* The DATA receive through the stream datatype completed. */
-static int stream_done(ucp_con_t *uc, ucp_partial_t *p)
-{
-    uc->rx_data_len = 0;
-    if (p->reorder && !uc->closed) /* the pieces after the first one out of order */
-        stream_to_core(uc, p->reorder + p->done, p->total - p->done);
-    return uc->closed;
-}
-
-/*
- * DATA: where UCX may write directly.
- *
- * The buffer pscom_read_get_buf() names is only guaranteed until the next
- * core call for this connection. If the message was unexpected, a
- * pscom_post_recv() that matches it while UCX is still writing copies
- * what arrived so far and frees that buffer, and pscom_close_connection()
- * frees it too. So UCX writes directly (zero copy) only where that cannot
- * happen:
- *  - with PSCOM_PLUGIN_HAS_READ_PIN (the core keeps the buffer in place
- *    until pscom_read_done()), every receive;
- *  - a truncated receive (a posted receive shorter than the message; an
- *    unexpected one is as long as the message) or none at all (the core's
- *    scratch buffer): the partial datatype keeps the stored part.
- * Otherwise the payload goes through a bounce buffer, or, beyond
- * PSP_UCP_BOUNCE_MAX, is streamed into the core (see above).
- */
-/* DATA: msg is the probed message, or NULL to post the receive by its tag
- * before it arrives (right after its HEAD). */
 static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
 {
     char *buf;
@@ -372,26 +215,17 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
         .cb.recv      = recv_cb,
     };
     ucp_partial_t *p = NULL;
-    char *bounce     = NULL;
     void *dst        = buf;
     size_t count     = len;
     size_t keep      = len;
-    if (!UCP_READ_PIN && blen >= len && len <= ucp_cfg.bounce_max && (bounce = bounce_get(len))) {
-        dst = bounce;
-    } else if (blen < len || !UCP_READ_PIN) {
-        p = partial_new(buf, blen < len ? blen : len, len);
+    if (blen < len) {
+        p = partial_new(buf, blen, len);
         if (!p) goto nomem;
-        p->con_id = uc->id;
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-        if (blen < len) { /* truncated, or dropped: keep what fits */
-            keep         = blen;
-            prm.datatype = ucp_g.dt_partial;
-        } else {
-            p->stream    = 1;
-            prm.datatype = ucp_g.dt_stream;
-        }
-        dst   = p;
-        count = 1;
+        prm.datatype = ucp_g.dt_partial;
+        keep         = blen;
+        dst          = p;
+        count        = 1;
     } else {
         pscom_read_pin(uc->con);
     }
@@ -412,29 +246,19 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
         r->len     = len;
         r->slot    = (unsigned)keep;
         r->partial = p;
-        r->buf     = bounce; /* goes with the request */
         uc->rx_req = r;
         ucp_g.rx_inflight++;
         ucp_wake();
         return 0;
     }
-    int stopped;
-    if (UCS_PTR_STATUS(st) != UCS_OK) {
-        free(bounce);
-        rx_fail(uc, "receive", UCS_PTR_STATUS(st));
-        stopped = 1;
-    } else if (bounce) {
-        stopped = bounce_done(uc, bounce, len);
-    } else if (p && p->stream) {
-        stopped = stream_done(uc, p);
-    } else {
-        stopped = data_done(uc, len, keep);
-    }
-    if (p) free(p->reorder);
     free(p);
-    return stopped;
+    if (UCS_PTR_STATUS(st) != UCS_OK) {
+        rx_fail(uc, "receive", UCS_PTR_STATUS(st));
+        return 1;
+    }
+    return data_done(uc, len, keep);
 nomem:
-    ucp_rx_discard(msg, &(ucp_tag_recv_info_t){.length = len});
+    if (msg) ucp_rx_discard(msg, &(ucp_tag_recv_info_t){.length = len});
     rx_fail(uc, "receive", UCS_ERR_NO_MEMORY);
     return 1;
 }
@@ -571,25 +395,13 @@ void ucp_rx_pump(ucp_con_t *uc)
                 r->buf    = NULL;
                 ucp_req_release(r);
                 stopped = deliver(uc, buf, len, kind);
-                if (!stopped && !uc->rxbuf) { /* keep it as the bounce buffer */
+                if (!stopped && !uc->rxbuf) { /* keep it as the receive buffer */
                     uc->rxbuf     = buf;
                     uc->rxbuf_cap = len;
                 } else {
                     free(buf);
                 }
                 if (!stopped) stopped = data_early(uc);
-            } else if (r->buf) { /* DATA in a bounce buffer */
-                char *buf = r->buf;
-                r->buf    = NULL;
-                ucp_req_release(r);
-                stopped = bounce_done(uc, buf, len);
-            } else if (r->partial && r->partial->stream) { /* DATA streamed */
-                ucp_partial_t *p = r->partial;
-                r->partial       = NULL;
-                ucp_req_release(r);
-                stopped = stream_done(uc, p);
-                free(p->reorder);
-                free(p);
             } else { /* DATA written in place; kind holds the stored part */
                 ucp_req_release(r);
                 stopped = data_done(uc, len, kind);
@@ -610,6 +422,8 @@ void ucp_rx_pump(ucp_con_t *uc)
     uc->rx_busy = 0;
 }
 
+/* Before the endpoint is closed: drop the stashed messages and cancel the
+ * receive in flight (completes at once unless UCX already matched it). */
 void ucp_rx_close(ucp_con_t *uc)
 {
     while (!pscom_list_empty(&uc->stash)) {
@@ -620,21 +434,33 @@ void ucp_rx_close(ucp_con_t *uc)
         ucp_rx_discard(s->msg, &s->info);
         free(s);
     }
-    ucp_req_t *r = uc->rx_req;
-    if (r) {
-        uc->rx_req = NULL;
-        ucp_g.rx_inflight--;
-        if (r->completed) {
-            ucp_req_release(r);
-        } else if (ucp_g.in_cb) {
-            /* inside this request's own callback: recv_cb frees it */
-        } else {
-            /* completes later (cancelled, or when UCX is done with the
-             * buffer); recv_cb finds the connection gone and frees it */
-            ucp_request_cancel(ucp_g.worker, r);
-        }
-    }
     free(uc->rxbuf);
     uc->rxbuf     = NULL;
     uc->rxbuf_cap = 0;
+    if (uc->rx_req && !uc->rx_req->completed) ucp_request_cancel(ucp_g.worker, uc->rx_req);
+}
+
+/*
+ * After the endpoint was closed: a DATA receive that UCX had matched
+ * already writes into the core's buffer (pinned, or a posted receive),
+ * which the core frees or hands back to the user as soon as our close op
+ * returns. Let it end first: progress the worker until it completes. With
+ * the endpoint closed UCX fails a rendezvous at once, and an eager message
+ * completes as soon as its last fragment is in; if the peer died in the
+ * middle of one, nothing more can arrive, and after UCP_RX_DRAIN_US we give
+ * up waiting (the request is then orphaned: recv_cb frees it).
+ */
+void ucp_rx_close_end(ucp_con_t *uc)
+{
+    ucp_req_t *r = uc->rx_req;
+    if (!r) return;
+    if (!r->completed && r->type == UCP_REQ_DATA) {
+        uint64_t t0 = ucp_now_us();
+        while (!r->completed && ucp_now_us() - t0 < UCP_RX_DRAIN_US) ucp_worker_progress(ucp_g.worker);
+        if (!r->completed) plog_dbg("%s: ucp: a receive did not end at close", pscom_con_name(uc->con));
+    }
+    uc->rx_req = NULL;
+    ucp_g.rx_inflight--;
+    if (r->completed) ucp_req_release(r);
+    /* else recv_cb finds the connection gone and frees it */
 }

@@ -146,9 +146,5 @@ void ucp_write_start(pscom_con_t *con)
 {
     ucp_con_t *uc = pscom_con_plugin_priv(con);
     if (uc->closed) return;
-    if (ucp_g.in_cb) { /* called back from inside UCX: post from the poller */
-        ucp_dirty(uc);
-        return;
-    }
     ucp_tx_progress(uc);
 }

@@ -113,7 +113,6 @@ static void ids_fini(void)
 void ucp_req_release(ucp_req_t *r)
 {
     free(r->buf);
-    if (r->partial) free(r->partial->reorder);
     free(r->partial);
     r->buf     = NULL;
     r->partial = NULL;
@@ -226,7 +225,6 @@ static int ucp_poll(pscom_poller_t *poller)
         run_failed();
         progress = 1;
     }
-    if (ucp_g.eps_later) ucp_ep_close_deferred();
     in_poll = 0;
 
     if (progress) {
@@ -328,8 +326,6 @@ int ucp_worker_ensure(void)
     what = "ucp_dt_create_generic()";
     st   = ucp_dt_create_generic(&ucp_partial_ops, NULL, &ucp_g.dt_partial);
     if (st != UCS_OK) goto err_efd;
-    st = ucp_dt_create_generic(&ucp_stream_ops, NULL, &ucp_g.dt_stream);
-    if (st != UCS_OK) goto err_dt;
 
     ucp_log_release(0);
     held      = 0;
@@ -340,8 +336,6 @@ int ucp_worker_ensure(void)
     plog_dbg("ucp: UCX %s, worker address %zu bytes", ucp_get_version_string(), ucp_g.addr_len);
     return 0;
 
-err_dt:
-    ucp_dt_destroy(ucp_g.dt_partial);
 err_efd:
 err_size:
     ucp_worker_release_address(ucp_g.worker, ucp_g.addr);
@@ -373,12 +367,10 @@ void ucp_worker_fini(void)
     pscom_poller_del(&ucp_g.poller);
     pscom_ufd_del(&ucp_g.efd); /* if armed */
     ucp_dt_destroy(ucp_g.dt_partial);
-    ucp_dt_destroy(ucp_g.dt_stream);
     ucp_worker_release_address(ucp_g.worker, ucp_g.addr);
     ucp_worker_destroy(ucp_g.worker);
     ucp_cleanup(ucp_g.ctx);
     ids_fini();
-    ucp_rx_fini();
     ucp_g.worker = NULL;
     ucp_g.ctx    = NULL;
     ucp_g.addr   = NULL;

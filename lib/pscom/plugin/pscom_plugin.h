@@ -23,7 +23,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 1
+#define PSCOM_PLUGIN_ABI_VERSION 2
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -155,6 +155,17 @@ PSCOM_PLUGIN_API int pscom_read_done(pscom_con_t *con, size_t len);
 /* Hand over len bytes from the transport's own buffer (copies them).
  * Returns as pscom_read_done(). */
 PSCOM_PLUGIN_API int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len);
+/* For transports whose library fills the buffer from pscom_read_get_buf()
+ * asynchronously (zero-copy receives): call right after getting it. Until
+ * the next pscom_read_done() for this connection, the core keeps that
+ * buffer where it is, however the core is called meanwhile: an unexpected
+ * message that a posted receive matches is copied over, and one dropped by
+ * pscom_close_connection() is freed, only at that pscom_read_done(). The
+ * plugin must not call pscom_read_get_buf() or pscom_read_feed() for the
+ * connection before that pscom_read_done(), and its close op must stop the
+ * library writing into the buffer (the core frees or hands it back right
+ * after close). */
+PSCOM_PLUGIN_API void pscom_read_pin(pscom_con_t *con);
 
 /* ---- writing ---------------------------------------------------------- */
 
