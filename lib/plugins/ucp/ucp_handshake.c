@@ -27,7 +27,7 @@
 #include "ucp_priv.h"
 
 #define UCP_BLOB_MAGIC   0x31504355u /* "UCP1" */
-#define UCP_BLOB_VERSION 1
+#define UCP_BLOB_VERSION 2 /* 2: MSG at most UCP_MSG_MAX, HEAD without DATA */
 #define UCP_CONFIRM_LEN  8
 #define UCP_GOODBYE      'B'
 
@@ -75,6 +75,7 @@ static void con_init(ucp_con_t *uc, pscom_con_t *con)
     uc->sock.fd = -1;
     pscom_list_init(&uc->dirty_next);
     pscom_list_init(&uc->fail_next);
+    pscom_list_init(&uc->prepost_next);
     pscom_list_init(&uc->stash);
 }
 
@@ -330,7 +331,7 @@ int ucp_con_start(pscom_con_t *con, int *fd)
                                            ? SIZE_MAX
                                            : (size_t)ucp_cfg.rendezvous);
     uc->started = 1;
-    if (!pscom_list_empty(&uc->stash)) ucp_dirty(uc); /* arrived before we started */
+    ucp_dirty(uc); /* messages that arrived before we started; the first pre-post */
     if (uc->ep_failed || uc->sock_dead) ucp_failed(uc);
     ucp_wake();
     return 0;
@@ -347,6 +348,7 @@ static void con_teardown(ucp_con_t *uc, int force)
     uc->id = 0;
     pscom_list_del(&uc->dirty_next);
     pscom_list_del(&uc->fail_next);
+    pscom_list_del(&uc->prepost_next);
     free(uc->peer_addr);
     uc->peer_addr = NULL;
 }
@@ -386,8 +388,9 @@ int ucp_con_check_failed(ucp_con_t *uc)
     if (!uc->tx_failed && !uc->rx_failed) {
         /* first take what the peer sent before it went away */
         ucp_tag_recv_info_t info;
-        int rx_stuck = uc->rx_req && !uc->rx_req->completed;
-        if (!rx_stuck && (!pscom_list_empty(&uc->stash) || uc->rx_req ||
+        ucp_req_t *r = uc->rx_req && uc->rx_req->type != UCP_REQ_PREPOST ? uc->rx_req : NULL;
+        int rx_stuck = r && !r->completed;
+        if (!rx_stuck && (!pscom_list_empty(&uc->stash) || r ||
                           ucp_tag_probe_nb(ucp_g.worker, uc->id, UCPT_ID_MASK, 0, &info))) {
             ucp_dirty(uc);
             return 0;

@@ -38,10 +38,16 @@
 #define UCPT_SEQ_MASK   ((UINT32_C(1) << 22) - 1)
 
 enum ucpt_kind {
-    UCPT_MSG  = 0, /* header, xheader and data of one message */
-    UCPT_HEAD = 1, /* header and xheader; the payload follows as DATA */
+    UCPT_MSG  = 0, /* header, xheader and data of one message, at most UCP_MSG_MAX bytes */
+    UCPT_HEAD = 1, /* header and xheader; the payload (if any) follows as DATA */
     UCPT_DATA = 2, /* the payload of the preceding HEAD */
 };
+
+/* Largest MSG (protocol constant): an idle connection keeps a receive of
+ * this size posted for its next MSG (ucp_recv.c), so that UCX places a
+ * small message without the unexpected queue. Larger messages, also those
+ * without data, go as HEAD (+ DATA). */
+#define UCP_MSG_MAX 1024
 
 static inline ucp_tag_t ucpt_make(uint64_t id, unsigned kind, uint32_t seq)
 {
@@ -62,7 +68,7 @@ typedef struct ucp_cfg {
 } ucp_cfg_t;
 extern ucp_cfg_t ucp_cfg;
 
-#define UCP_SMALL_MAX  (64u * 1024) /* upper bound for PSP_UCP_SMALL_MSG_LEN */
+#define UCP_SMALL_MAX  UCP_MSG_MAX /* upper bound for PSP_UCP_SMALL_MSG_LEN */
 #define UCP_TX_WINDOW  64           /* messages per connection handed to UCX at once */
 
 /* ---- requests ----------------------------------------------------------------- */
@@ -72,6 +78,7 @@ extern ucp_cfg_t ucp_cfg;
 typedef enum ucp_req_type {
     UCP_REQ_SEND,    /* one of the one or two sends of a message */
     UCP_REQ_RECV,    /* MSG/HEAD into buf (owned by the request) */
+    UCP_REQ_PREPOST, /* the next MSG of an idle connection, by tag, into buf */
     UCP_REQ_DATA,    /* DATA into the core's buffer */
     UCP_REQ_DISCARD, /* a message nobody wants */
     UCP_REQ_FLUSH,   /* ucp_ep_flush_nbx: wire-up during the handshake */
@@ -131,9 +138,11 @@ typedef struct ucp_con {
     unsigned rx_busy : 1;    /* in ucp_rx_pump */
     unsigned rx_failed : 1;  /* a receive ended with an error */
     unsigned error_reported : 1;
+    unsigned prepost_now : 1; /* in the poller's pre-post pass */
     int in_core;             /* inside pscom_read_feed/read_done/write_done */
     pscom_list_t dirty_next; /* in ucp_g.dirty: work for the poller */
     pscom_list_t fail_next;  /* in ucp_g.failed: a failure to report */
+    pscom_list_t prepost_next; /* in ucp_g.prepost: idle, post the next receive */
 
     pscom_ufd_t sock; /* the handshake socket: death detector */
 
@@ -168,10 +177,12 @@ typedef struct ucp_global {
     uint64_t idle_since_us;
     unsigned idle_polls;
     unsigned inflight;         /* our UCX requests not completed */
+    unsigned preposts;         /* ... of which UCP_REQ_PREPOST (they need no progress) */
     unsigned rx_inflight;      /* receives + stashed messages (PSP_UCP_MAX_RECV) */
     unsigned ncons;            /* connections holding an id */
     pscom_list_t dirty;        /* connections with work for the poller */
     pscom_list_t failed;       /* connections with a failure to report */
+    pscom_list_t prepost;      /* idle connections to post a receive for (ucp_recv.c) */
 } ucp_global_t;
 extern ucp_global_t ucp_g;
 
@@ -235,6 +246,8 @@ void ucp_send_cb(void *request, ucs_status_t status, void *user_data);
 void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
 /* handle completions and stashed messages of a connection */
 void ucp_rx_pump(ucp_con_t *uc);
+/* post the receives for the next MSG of idle connections (ucp_recv.c) */
+void ucp_rx_preposts(void);
 /* close: before the endpoint is closed, drop stashed messages and cancel
  * the receive in flight; after it, let a receive into the core's buffer end
  * (bounded by UCP_RX_DRAIN_US, see ucp_recv.c) */

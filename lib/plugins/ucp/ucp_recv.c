@@ -29,7 +29,7 @@
 
 #include "ucp_priv.h"
 
-#define RXBUF_MIN 512
+#define RXBUF_MIN UCP_MSG_MAX /* every receive buffer takes a MSG */
 
 /* ---- generic datatype: keep a prefix, drop the rest ----------------------------- */
 
@@ -153,8 +153,12 @@ static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_
     ucp_con_t *uc = ucp_con_lookup(r->con_id);
     r->completed  = 1;
     r->status     = status;
-    if (status == UCS_OK && info && info->length != r->len) /* DATA received by tag */
+    if (r->type == UCP_REQ_PREPOST) {
+        ucp_g.preposts--;
+        if (info) r->len = info->length;
+    } else if (status == UCS_OK && info && info->length != r->len) { /* DATA received by tag */
         r->status = UCS_ERR_MESSAGE_TRUNCATED;
+    }
     if (!uc || uc->closed || uc->rx_req != r) {
         ucp_req_release(r); /* orphaned by close */
         return;
@@ -168,7 +172,7 @@ static int deliver(ucp_con_t *uc, const char *buf, size_t len, unsigned kind)
     size_t xlen, dlen;
     if (len < 8) goto bad;
     pscom_wire_header_get(buf, &xlen, &dlen);
-    if (kind == UCPT_MSG ? len != 8 + xlen + dlen : (len != 8 + xlen || !dlen)) goto bad;
+    if (kind == UCPT_MSG ? len != 8 + xlen + dlen || len > UCP_MSG_MAX : len != 8 + xlen) goto bad;
     if (feed(uc, buf, len)) return 1;
     if (kind == UCPT_HEAD) uc->rx_data_len = dlen;
     return 0;
@@ -314,6 +318,91 @@ static int data_early(ucp_con_t *uc)
     return post_data(uc, NULL, uc->rx_data_len);
 }
 
+/*
+ * An idle connection (nothing in flight, nothing stashed, no payload
+ * expected) keeps a receive posted for its next message, if that is a MSG:
+ * by its exact tag (connection id, kind, sequence number), into the
+ * connection's receive buffer. UCX then places a small message directly
+ * (as for an application's pre-posted receive) instead of queueing it as
+ * unexpected for our probe. A HEAD that arrives instead is probed as usual;
+ * ucp_rx_arrived() then cancels the pre-posted receive first.
+ * Returns 1 when posted (pending) or the connection stopped reading, 0
+ * when a message was delivered at once (the caller looks again).
+ */
+static int rx_prepost(ucp_con_t *uc)
+{
+    if (uc->rx_req || uc->rx_data_len || uc->rx_failed || uc->closed || !uc->started ||
+        !pscom_list_empty(&uc->stash))
+        return 1;
+    if (!uc->rxbuf) {
+        uc->rxbuf = malloc(RXBUF_MIN);
+        if (!uc->rxbuf) return 1; /* then MSGs are probed */
+        uc->rxbuf_cap = RXBUF_MIN;
+    }
+    ucp_tag_recv_info_t info = {.length = 0};
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_RECV_INFO,
+        .cb.recv      = recv_cb,
+        .recv_info.tag_info = &info,
+    };
+    ucs_status_ptr_t st = ucp_tag_recv_nbx(ucp_g.worker, uc->rxbuf, UCP_MSG_MAX,
+                                           ucpt_make(uc->id, UCPT_MSG, uc->rx_seq), UINT64_MAX, &prm);
+    if (UCS_PTR_IS_PTR(st)) {
+        ucp_req_t *r = st;
+        ucp_req_track(r, UCP_REQ_PREPOST, uc->id);
+        ucp_g.preposts++;
+        r->buf        = uc->rxbuf;
+        r->len        = UCP_MSG_MAX;
+        r->slot       = UCPT_MSG;
+        uc->rxbuf     = NULL;
+        uc->rxbuf_cap = 0;
+        uc->rx_req    = r;
+        return 1;
+    }
+    if (UCS_PTR_STATUS(st) != UCS_OK) {
+        rx_fail(uc, "receive", UCS_PTR_STATUS(st));
+        return 1;
+    }
+    /* it was there already. UCX 1.13 does not always fill info then: the
+     * length is the header's (deliver() checks it against UCP_MSG_MAX) */
+    size_t xlen, dlen;
+    pscom_wire_header_get(uc->rxbuf, &xlen, &dlen);
+    uc->rx_seq++;
+    return deliver(uc, uc->rxbuf, dlen > UCP_MSG_MAX ? SIZE_MAX : 8 + xlen + dlen, UCPT_MSG);
+}
+
+/* Idle connections post their receive at the start of the poller's next
+ * pass, not right after a delivery: that one usually happens inside the
+ * application's wait, which then returns at once (its answer goes out
+ * before we spend time on the next receive). */
+void ucp_rx_preposts(void)
+{
+    while (!pscom_list_empty(&ucp_g.prepost)) {
+        ucp_con_t *uc = pscom_list_entry(ucp_g.prepost.next, ucp_con_t, prepost_next);
+        pscom_list_del(&uc->prepost_next);
+        uc->prepost_now = 1;
+        ucp_rx_pump(uc);
+        uc->prepost_now = 0;
+    }
+}
+
+/* A message was probed while the pre-posted receive waits: take that back
+ * (it completes at once, cancelled). Returns 0 if it did not. */
+static int prepost_cancel(ucp_con_t *uc)
+{
+    ucp_req_t *r = uc->rx_req;
+    if (!r->completed) ucp_request_cancel(ucp_g.worker, r);
+    if (!r->completed || r->status != UCS_ERR_CANCELED) return 0;
+    uc->rx_req = NULL;
+    if (!uc->rxbuf) {
+        uc->rxbuf     = r->buf;
+        uc->rxbuf_cap = RXBUF_MIN;
+        r->buf        = NULL;
+    }
+    ucp_req_release(r);
+    return 1;
+}
+
 /* The next message of the connection, in order. Returns 1 if the
  * connection stopped reading. */
 static int rx_handle(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
@@ -359,6 +448,7 @@ void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
         ucp_rx_discard(msg, info);
         return;
     }
+    if (uc->rx_req && uc->rx_req->type == UCP_REQ_PREPOST && !uc->rx_busy) prepost_cancel(uc);
     if (!uc->started || uc->rx_req || uc->rx_busy || uc->rx_failed ||
         !pscom_list_empty(&uc->stash)) {
         stash(uc, msg, info);
@@ -368,7 +458,7 @@ void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
     uc->rx_busy = 1;
     rx_handle(uc, msg, info);
     uc->rx_busy = 0;
-    if (!uc->closed && !uc->rx_req && !pscom_list_empty(&uc->stash)) ucp_dirty(uc);
+    if (!uc->closed && !uc->rx_req) ucp_dirty(uc); /* stashed messages, or a pre-post */
 }
 
 void ucp_rx_pump(ucp_con_t *uc)
@@ -380,7 +470,15 @@ void ucp_rx_pump(ucp_con_t *uc)
         if (r) {
             if (!r->completed) break;
             uc->rx_req = NULL;
-            ucp_g.rx_inflight--;
+            if (r->type == UCP_REQ_PREPOST) {
+                if (r->status == UCS_ERR_CANCELED) { /* see prepost_cancel */
+                    ucp_req_release(r);
+                    continue;
+                }
+                uc->rx_seq++;
+            } else {
+                ucp_g.rx_inflight--;
+            }
             ucs_status_t status = r->status;
             size_t len          = r->len;
             unsigned kind       = r->slot;
@@ -390,14 +488,14 @@ void ucp_rx_pump(ucp_con_t *uc)
                 break;
             }
             int stopped;
-            if (r->type == UCP_REQ_RECV) {
+            if (r->type != UCP_REQ_DATA) {
                 char *buf = r->buf;
                 r->buf    = NULL;
                 ucp_req_release(r);
                 stopped = deliver(uc, buf, len, kind);
                 if (!stopped && !uc->rxbuf) { /* keep it as the receive buffer */
                     uc->rxbuf     = buf;
-                    uc->rxbuf_cap = len;
+                    uc->rxbuf_cap = len > RXBUF_MIN ? len : RXBUF_MIN;
                 } else {
                     free(buf);
                 }
@@ -409,7 +507,17 @@ void ucp_rx_pump(ucp_con_t *uc)
             if (stopped) break;
             continue;
         }
-        if (!uc->started || pscom_list_empty(&uc->stash)) break;
+        if (!uc->started) break;
+        if (pscom_list_empty(&uc->stash)) {
+            if (!uc->prepost_now) { /* at the start of the next poll, see ucp_rx_preposts */
+                if (!pscom_list_linked(&uc->prepost_next))
+                    pscom_list_add_tail(&uc->prepost_next, &ucp_g.prepost);
+                break;
+            }
+            uc->prepost_now = 0;
+            if (rx_prepost(uc)) break;
+            continue;
+        }
         ucp_stash_t *s = pscom_list_entry(uc->stash.next, ucp_stash_t, next);
         pscom_list_del(&s->next);
         uc->nstash--;
@@ -460,7 +568,7 @@ void ucp_rx_close_end(ucp_con_t *uc)
         if (!r->completed) plog_dbg("%s: ucp: a receive did not end at close", pscom_con_name(uc->con));
     }
     uc->rx_req = NULL;
-    ucp_g.rx_inflight--;
+    if (r->type != UCP_REQ_PREPOST) ucp_g.rx_inflight--;
     if (r->completed) ucp_req_release(r);
     /* else recv_cb finds the connection gone and frees it */
 }

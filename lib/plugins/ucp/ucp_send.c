@@ -8,7 +8,8 @@
  * rendezvous, or UCX out of resources) the rest stays queued in the core,
  * where it can still be cancelled.
  *
- *   no data             one MSG send of the header + xheader, in place;
+ *   no data             one MSG send of the header + xheader, in place
+ *                       (a HEAD without DATA if longer than UCP_MSG_MAX);
  *   head + data <= PSP_UCP_SMALL_MSG_LEN
  *                       packed into one buffer, one MSG send that must
  *                       complete at once (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL);
@@ -81,7 +82,9 @@ static ucs_status_t post(ucp_con_t *uc, const struct iovec *head, const struct i
     e->pending    = 0;
     uc->tx_count++;
 
-    if (!data->iov_len) return send_one(uc, slot, head->iov_base, head->iov_len, UCPT_MSG, 0, NULL);
+    if (!data->iov_len)
+        return send_one(uc, slot, head->iov_base, head->iov_len,
+                        head->iov_len <= UCP_MSG_MAX ? UCPT_MSG : UCPT_HEAD, 0, NULL);
 
     if (total <= ucp_cfg.small_msg_len) {
         memcpy(pack_buf, head->iov_base, head->iov_len);

@@ -32,6 +32,7 @@
 ucp_global_t ucp_g = {
     .dirty  = PSCOM_LIST_INIT(ucp_g.dirty),
     .failed = PSCOM_LIST_INIT(ucp_g.failed),
+    .prepost = PSCOM_LIST_INIT(ucp_g.prepost),
 };
 
 uint64_t ucp_now_us(void)
@@ -196,6 +197,7 @@ static int ucp_poll(pscom_poller_t *poller)
     int progress = 0;
     if (in_poll) return 0;
     in_poll = 1;
+    if (!pscom_list_empty(&ucp_g.prepost)) ucp_rx_preposts();
 
     /* Messages reach the unexpected queue only inside UCX progress: look
      * there only after progress did something (or someone else progressed
@@ -233,7 +235,7 @@ static int ucp_poll(pscom_poller_t *poller)
         return 1;
     }
     /* idle: arm the worker and leave once nothing of ours is in flight */
-    if (ucp_g.inflight || ucp_g.rx_inflight) {
+    if (ucp_g.inflight > ucp_g.preposts || ucp_g.rx_inflight) {
         if (++ucp_g.idle_polls >= UCP_IDLE_CLOCK_EVERY) {
             ucp_g.idle_polls = 0;
             ucp_g.must_probe = 1;
@@ -378,4 +380,5 @@ void ucp_worker_fini(void)
     ucp_g.inflight = ucp_g.rx_inflight = ucp_g.ncons = 0;
     pscom_list_init(&ucp_g.dirty);
     pscom_list_init(&ucp_g.failed);
+    pscom_list_init(&ucp_g.prepost);
 }
