@@ -6,8 +6,10 @@
  *   ucp_pp <size> <round trips>
  *
  * Prints "ucp_pp <size> <round trips> <half round trip us> <MB/s>". The
- * parent runs on cpu 0, the child on cpu 1 (PP_NOPIN=1: no pinning). UCX is
- * configured by its own environment (UCX_TLS, ...). Build:
+ * parent runs on cpu 0, the child on cpu 1 (PP_NOPIN=1: no pinning);
+ * PP_VALLOC=1 page-aligns the buffers, PP_SEPBUF=1 sends from a buffer of
+ * its own instead of the receive buffer (see below). UCX is configured by
+ * its own environment (UCX_TLS, ...). Build:
  *   cc -O2 -std=gnu11 -o ucp_pp ucp_pp.c $(pkg-config --cflags --libs ucx)
  */
 #define _GNU_SOURCE
@@ -119,18 +121,33 @@ int main(int argc, char **argv)
                                  .address    = peer};
     if ((st = ucp_ep_create(worker, &ep_params, &ep)) != UCS_OK) die("ucp_ep_create", st);
 
-    char *buf = malloc(size ? size : 1);
-    memset(buf, 1, size ? size : 1);
+    /* PP_VALLOC=1: page-aligned buffers (malloc()ed ones of 128 KiB and more
+     * start 16 bytes into a page); PP_SEPBUF=1: send from a buffer of its
+     * own that nobody writes (as ucx_perftest does) instead of echoing from
+     * the receive buffer */
+    size_t blen = size ? size : 1;
+    char *buf, *sbuf;
+    if (getenv("PP_VALLOC")) {
+        if (posix_memalign((void **)&buf, 4096, blen) || posix_memalign((void **)&sbuf, 4096, blen))
+            return 1;
+    } else {
+        buf  = malloc(blen);
+        sbuf = malloc(blen);
+        if (!buf || !sbuf) return 1;
+    }
+    memset(buf, 1, blen);
+    memset(sbuf, 1, blen);
+    if (!getenv("PP_SEPBUF")) sbuf = buf;
     long warm = iters / 10 + 1;
     struct timespec t0, t1;
     for (long i = -warm; i < iters; i++) {
         if (i == 0) clock_gettime(CLOCK_MONOTONIC, &t0);
         if (pong) {
             wait_req(post_recv(buf, size), "recv");
-            send_msg(buf, size);
+            send_msg(sbuf, size);
         } else {
             ucs_status_ptr_t r = post_recv(buf, size);
-            send_msg(buf, size);
+            send_msg(sbuf, size);
             wait_req(r, "recv");
         }
     }

@@ -4,9 +4,10 @@
  * Server (default role):  pscom_pp [-l PORT] [-1] [options]
  *   Listens on PORT (default 7100; 0 = any free port), prints the command
  *   line a client has to use, and echoes every message it receives with the
- *   same xheader and data length. It serves one client after the other
- *   (with -1/--once only the first one) and finishes a client cleanly when
- *   that client closes its connection.
+ *   same xheader and data length (with --sepbuf from a buffer of its own, as
+ *   ucx_perftest does, instead of the data received). It serves one client
+ *   after the other (with -1/--once only the first one) and finishes a client
+ *   cleanly when that client closes its connection.
  *
  * Client:  pscom_pp -c [options] <ip>:<port>@<name>
  *   Sends messages of growing size (minsize, +1 while < 2, then times sqrt(2)
@@ -54,6 +55,7 @@ static struct {
     unsigned long maxsize;
     unsigned xheader;
     int valloc;
+    int sepbuf;
     int histo;
     int verify;
     int once;
@@ -139,6 +141,7 @@ static void print_config(FILE *out)
     fprintf(out, "#   maxsize  : %lu\n", arg.maxsize);
     fprintf(out, "#   xheader  : %u\n", arg.xheader);
     fprintf(out, "#   valloc   : %s\n", arg.valloc ? "yes" : "no");
+    if (!arg.client) fprintf(out, "#   sepbuf   : %s\n", arg.sepbuf ? "yes" : "no");
     fprintf(out, "#   histo    : %s\n", arg.histo ? "yes" : "no");
     fprintf(out, "#   verify   : %s\n", arg.verify ? "yes" : "no");
 }
@@ -147,7 +150,7 @@ static void print_config(FILE *out)
 /* options                                                            */
 /* ------------------------------------------------------------------ */
 
-enum { OPT_MINSIZE = 256, OPT_MAXSIZE, OPT_XHEADER, OPT_VALLOC };
+enum { OPT_MINSIZE = 256, OPT_MAXSIZE, OPT_XHEADER, OPT_VALLOC, OPT_SEPBUF };
 
 static const struct option long_options[] = {
     {"listen", required_argument, NULL, 'l'},
@@ -158,6 +161,7 @@ static const struct option long_options[] = {
     {"maxsize", required_argument, NULL, OPT_MAXSIZE},
     {"xheader", required_argument, NULL, OPT_XHEADER},
     {"valloc", no_argument, NULL, OPT_VALLOC},
+    {"sepbuf", no_argument, NULL, OPT_SEPBUF},
     {"histo", no_argument, NULL, 'i'},
     {"verify", no_argument, NULL, 'V'},
     {"once", no_argument, NULL, '1'},
@@ -181,6 +185,9 @@ static void usage(FILE *out)
             "      --maxsize=SIZE   last message size (default %lu)\n"
             "      --xheader=SIZE   xheader size, at most %d (default %d)\n"
             "      --valloc         use page aligned buffers\n"
+            "      --sepbuf         server: reply from a buffer of its own that nobody\n"
+            "                       writes, not with the data received (the memory\n"
+            "                       traffic of ucx_perftest; the client's -V then fails)\n"
             "  -i, --histo          print the time of every iteration\n"
             "  -V, --verify         verify the data received\n"
             "  -1, --once           server: stop after the first client\n"
@@ -220,6 +227,7 @@ static void parse_args(int argc, char **argv)
         case OPT_MAXSIZE: arg.maxsize = parse_ulong("--maxsize", optarg, PSCOM_DATA_LEN_MASK); break;
         case OPT_XHEADER: arg.xheader = (unsigned)parse_ulong("--xheader", optarg, 0x7fffffffUL); break;
         case OPT_VALLOC: arg.valloc = 1; break;
+        case OPT_SEPBUF: arg.sepbuf = 1; break;
         case 'i': arg.histo = 1; break;
         case 'V': arg.verify = 1; break;
         case '1': arg.once = 1; break;
@@ -261,6 +269,8 @@ typedef struct pp_peer {
 } pp_peer_t;
 
 static pp_peer_t *peers_head;
+/* --sepbuf: the server's replies come from here (as large as its receive buffer) */
+static void *reply_buf;
 static pp_peer_t **peers_tail = &peers_head;
 
 static pp_peer_t *peer_find(pscom_connection_t *con)
@@ -367,13 +377,18 @@ static void serve_peer(pp_peer_t *peer, pscom_request_t **rreqp, pscom_request_t
             free(*bufp);
             *bufp = nbuf;
             *capp = dlen;
+            if (reply_buf) {
+                free(reply_buf);
+                reply_buf = alloc_buf(dlen);
+                memset(reply_buf, 0, dlen);
+            }
         }
 
         /* echo */
         memcpy(req_xheader(sreq), req_xheader(rreq), xlen);
         sreq->connection  = con;
         sreq->xheader_len = xlen;
-        sreq->data        = *bufp;
+        sreq->data        = reply_buf ? reply_buf : *bufp;
         sreq->data_len    = dlen;
         pscom_post_send(sreq);
 
@@ -440,6 +455,10 @@ static int run_server(void)
     cap  = arg.maxsize ? (size_t)arg.maxsize : 1;
     buf  = alloc_buf(cap);
     memset(buf, 0, cap);
+    if (arg.sepbuf) {
+        reply_buf = alloc_buf(cap);
+        memset(reply_buf, 0, cap);
+    }
     rreq = pscom_request_create(PP_MAX_XHEADER, 0);
     sreq = pscom_request_create(PP_MAX_XHEADER, 0);
     if (!rreq || !sreq) {
@@ -465,6 +484,7 @@ static int run_server(void)
     if (pscom_req_is_done(sreq)) pscom_request_free(sreq);
     pscom_close_socket(sock);
     free(buf);
+    free(reply_buf);
     return 0;
 }
 
