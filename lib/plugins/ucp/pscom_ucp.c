@@ -21,6 +21,10 @@ static const pscom_env_entry_t ucp_env[] = {
      PSCOM_ENV_HAS_PARENT | PSCOM_ENV_HIDDEN},
     {"SMALL_MSG_LEN", "350", "Messages up to this size (header, xheader and data) are packed "
      "into one UCX send", &ucp_cfg.small_msg_len, PSCOM_ENV_UINT, 0},
+    {"ERR_HANDLING", "0", "1: UCX's own peer failure detection (UCP_ERR_HANDLING_MODE_PEER; "
+     "UCX 1.13 then moves large messages over tcp without RDMA-style zero copy, about a third "
+     "slower); 0: dead peers are noticed through the handshake socket only",
+     &ucp_cfg.err_handling, PSCOM_ENV_UINT, 0},
     {NULL},
 };
 

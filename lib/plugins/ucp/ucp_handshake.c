@@ -104,11 +104,16 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     ucp_failed(uc); /* reported by the poller, after what already arrived */
 }
 
-/* UCP_ERR_HANDLING_MODE_PEER where UCX supports it (tcp, verbs); UCX 1.13's
- * shared-memory transports do not, so after the first "unreachable" we use
- * mode NONE for the rest of the process and rely on the handshake socket
- * to notice a dead peer. UCX logs that first refusal as an error; as it is
- * expected, that message is held back (ucp_log.c). */
+/* Error handling mode: NONE by default; dead peers are noticed through
+ * the handshake socket (see the top of this file). With PSP_UCP_ERR_HANDLING=1,
+ * UCP_ERR_HANDLING_MODE_PEER where UCX supports it (tcp, verbs): UCX then
+ * also notices unreachable peers (keepalive), but UCX 1.13 drops the RMA
+ * lane of tcp endpoints in that mode, so that rendezvous data goes as
+ * fragmented active messages (1 MiB ping-pong over tcp on loopback: about
+ * 0.65x). UCX 1.13's shared-memory transports refuse the mode; after the
+ * first "unreachable" we use NONE for the rest of the process. UCX logs
+ * that first refusal as an error; as it is expected, that message is held
+ * back (ucp_log.c). */
 static int peer_mode_unsupported;
 
 static int ep_create(ucp_con_t *uc, const void *addr)
@@ -121,7 +126,7 @@ static int ep_create(ucp_con_t *uc, const void *addr)
         .err_handler = {.cb = ep_error_cb, .arg = (void *)(uintptr_t)uc->id},
     };
     ucs_status_t st = UCS_ERR_UNREACHABLE;
-    if (!peer_mode_unsupported) {
+    if (ucp_cfg.err_handling && !peer_mode_unsupported) {
         ucp_log_hold();
         st = ucp_ep_create(ucp_g.worker, &p, &uc->ep);
         ucp_log_release(st == UCS_ERR_UNREACHABLE); /* expected: dropped; else replayed */
