@@ -3,11 +3,15 @@
 # ucx_perftest (tag_lat ping-pong, and tag_bw streaming for reference) and a
 # plain UCX tag ping-pong (bench/ucp_pp.c: malloc()ed buffers, pre-posted
 # receives) with the same UCX_TLS, run interleaved in one sitting on this host.
+# pscom_pp runs twice: as usual (the server echoes the data it received, as
+# ucp_pp does) and with the server's --sepbuf (replies from a buffer nobody
+# writes, the memory traffic of ucx_perftest); the target compares the latter
+# with tag_lat.
 #
 # Usage: bench/ucp.sh [R]          (R = repetitions, default 5; or R=... in env)
 #
 # Environment:
-#   R=5            repetitions (each runs pscom_pp, ucp_pp, tag_lat and tag_bw per size)
+#   R=5            repetitions (each runs pscom_pp twice, ucp_pp, tag_lat and tag_bw per size)
 #   TLS="shm tcp"  UCX transport sets to measure: shm = UCX_TLS=posix,cma,self,
 #                  tcp = UCX_TLS=tcp UCX_NET_DEVICES=lo
 #   BUILD_DIR=dir  use this (configured) build tree; default <repo>/build-bench,
@@ -133,12 +137,15 @@ stop_server() {
     fi
 }
 
-# pscom over ucp only: no shm, no tcp plugin (the handshake still uses TCP)
+# pscom over ucp only: no shm, no tcp plugin (the handshake still uses TCP).
+# run_pscom <tls> <rep> <tool>: tool pscom (echo) or pscom_sep (server --sepbuf)
 run_pscom() {
-    local tls=$1 rep=$2 out=$TMP/pscom-server.$1.$2 ep="" i size n cout row
+    local tls=$1 rep=$2 tool=$3 out=$TMP/pscom-server.$1.$2.$3 ep="" i size n cout row
     local -a env_=(env PSP_SHM=0 PSP_TCP=0 PSP_OPENIB=0 PSP_DEBUG_CONTYPE=1 $(tls_env "$tls"))
+    local -a sopt=()
+    [[ $tool == pscom_sep ]] && sopt=(--sepbuf)
     : >"$out" # exists before the server writes to it
-    "${env_[@]}" "${PIN_SERVER[@]}" "$PP" -l 0 >>"$out" 2>&1 &
+    "${env_[@]}" "${PIN_SERVER[@]}" "$PP" -l 0 "${sopt[@]}" >>"$out" 2>&1 &
     SERVER_PID=$!
     for ((i = 0; i < 100; i++)); do
         ep=$(awk '$2 == "-c" { print $3; exit }' "$out")
@@ -150,15 +157,17 @@ run_pscom() {
 
     for size in $SIZES; do
         n=$(iters_for "$size")
-        cout=$TMP/pscom-client.$tls.$rep.$size
+        cout=$TMP/$tool-client.$tls.$rep.$size
         if ! timeout 300 "${env_[@]}" "${PIN_CLIENT[@]}" "$PP" -c "$ep" \
             --minsize "$size" --maxsize "$size" -n "$n" -t 100000000 >"$cout" 2>&1; then
             cat "$cout" >&2
             die "pscom_pp client failed ($tls, size $size, rep $rep)"
         fi
-        row=$(awk -v s="$size" '$1 == s && NF >= 4 && $2 ~ /^[0-9]+$/ { print $3, $4; exit }' "$cout")
+        # latency = size / throughput: pscom_pp prints the time with 2 decimals only
+        row=$(awk -v s="$size" '$1 == s && NF >= 4 && $2 ~ /^[0-9]+$/ {
+            print ($4 > 0 ? $1 / $4 : $3), $4; exit }' "$cout")
         [[ -n $row ]] || { cat "$cout" >&2; die "no result row for size $size in pscom_pp output"; }
-        echo "$tls pscom $rep $size $row" >>"$RESULTS"
+        echo "$tls $tool $rep $size $row" >>"$RESULTS"
         grep -q 'via ucp' "$cout" || { cat "$cout" >&2; die "the pscom_pp client did not connect via ucp"; }
     done
     stop_server
@@ -222,15 +231,16 @@ RESULTS=$TMP/results.warmup
 for ((rep = 0; rep <= R; rep++)); do
     ((rep == 1)) && RESULTS=$ALL_RESULTS
     for tls in $TLS; do
-        case $((rep % 4)) in
-        1) order="pscom ucp_pp tag_lat tag_bw" ;;
-        2) order="ucp_pp tag_lat tag_bw pscom" ;;
-        3) order="tag_lat tag_bw pscom ucp_pp" ;;
-        0) order="tag_bw pscom ucp_pp tag_lat" ;;
+        case $((rep % 5)) in
+        1) order="pscom pscom_sep ucp_pp tag_lat tag_bw" ;;
+        2) order="pscom_sep ucp_pp tag_lat tag_bw pscom" ;;
+        3) order="ucp_pp tag_lat tag_bw pscom pscom_sep" ;;
+        4) order="tag_lat tag_bw pscom pscom_sep ucp_pp" ;;
+        0) order="tag_bw pscom pscom_sep ucp_pp tag_lat" ;;
         esac
         for t in $order; do
             case $t in
-            pscom) run_pscom "$tls" "$rep" ;;
+            pscom | pscom_sep) run_pscom "$tls" "$rep" "$t" ;;
             ucp_pp) run_ucp_pp "$tls" "$rep" ;;
             *) run_perftest "$tls" "$t" "$rep" ;;
             esac
@@ -257,11 +267,11 @@ median() {
 
 best() { if (($1 == 8)); then head -n 1; else tail -n 1; fi; }
 
-rep_ratios() { # rep_ratios <tls> <size> [raw tool]: pscom / raw per repetition, sorted
+rep_ratios() { # rep_ratios <tls> <size> <pscom tool> <raw tool>: pscom / raw per repetition, sorted
     local col
     col=$(value_col "$2")
-    awk -v t="$1" -v s="$2" -v c="$col" -v raw="${3:-tag_lat}" '
-        $1 == t && $4 == s && $2 == "pscom" { p[$3] = $c }
+    awk -v t="$1" -v s="$2" -v c="$col" -v ps="$3" -v raw="$4" '
+        $1 == t && $4 == s && $2 == ps { p[$3] = $c }
         $1 == t && $4 == s && $2 == raw { r[$3] = $c }
         END { for (k in p) if ((k in r) && r[k] > 0) print p[k] / r[k] }' "$RESULTS" | sort -g
 }
@@ -273,11 +283,12 @@ for tls in $TLS; do
     echo
     echo "pscom over ucp vs ucx_perftest, $(tls_env "$tls"): $R interleaved repetitions, $PIN_DESC"
     echo "latency = half round trip in us (lower is better); bandwidth = size / half round trip in MB/s (10^6 B/s)"
-    echo "ratio = pscom / tag_lat: median of the per-repetition ratios, and best pscom / best tag_lat;"
-    echo "pscom/ucp_pp: the same against the plain UCX ping-pong (median)"
+    echo "pscom --sepbuf: the pscom_pp server replies from a buffer of its own, like ucx_perftest"
+    echo "sep/tag_lat = pscom --sepbuf / tag_lat: median of the per-repetition ratios, and best / best;"
+    echo "pscom/ucp_pp: pscom_pp (echoing the received data) / ucp_pp (does the same), median"
     echo
-    printf '%-18s %19s %19s %19s %19s %21s %8s %6s %12s\n' "" "pscom_pp via ucp" "ucp_pp (plain)" "ucx tag_lat" "ucx tag_bw" "pscom/tag_lat" "target" "" "pscom/ucp_pp"
-    printf '%-18s %9s %9s %9s %9s %9s %9s %9s %9s %10s %10s %8s %6s %12s\n' "" median best median best median best median best median best "" "" median
+    printf '%-18s %19s %19s %19s %19s %19s %21s %8s %6s %12s\n' "" "pscom_pp via ucp" "pscom --sepbuf" "ucp_pp (plain)" "ucx tag_lat" "ucx tag_bw" "sep/tag_lat" "target" "" "pscom/ucp_pp"
+    printf '%-18s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %10s %10s %8s %6s %12s\n' "" median best median best median best median best median best median best "" "" median
     for size in $SIZES; do
         case $size in
         8) label="8 B latency [us]"; target="<= 1.15" ;;
@@ -287,17 +298,17 @@ for tls in $TLS; do
         esac
         line=$(printf '%-18s' "$label")
         declare -A med=() bst=()
-        for tool in pscom ucp_pp tag_lat tag_bw; do
+        for tool in pscom pscom_sep ucp_pp tag_lat tag_bw; do
             med[$tool]=$(values "$tls" "$tool" "$size" | median)
             bst[$tool]=$(values "$tls" "$tool" "$size" | best "$size")
             line+=$(printf ' %9s %9s' "$(fmt "${med[$tool]}")" "$(fmt "${bst[$tool]}")")
         done
-        rmed=$(rep_ratios "$tls" "$size" | median)
-        rbest=$(awk -v a="${bst[pscom]}" -v b="${bst[tag_lat]}" 'BEGIN { if (b > 0) print a / b; else print "nan" }')
+        rmed=$(rep_ratios "$tls" "$size" pscom_sep tag_lat | median)
+        rbest=$(awk -v a="${bst[pscom_sep]}" -v b="${bst[tag_lat]}" 'BEGIN { if (b > 0) print a / b; else print "nan" }')
         verdict=$(awk -v x="$rmed" -v s="$size" 'BEGIN {
             if (x == "nan") print "?"; else if (s == 8) print (x <= 1.15 ? "ok" : "MISS");
             else if (s == 65536) print ""; else print (x >= 0.95 ? "ok" : "MISS") }')
-        rpp=$(rep_ratios "$tls" "$size" ucp_pp | median)
+        rpp=$(rep_ratios "$tls" "$size" pscom ucp_pp | median)
         line+=$(printf ' %10s %10s %8s %6s %12s' "$(fmt "$rmed")" "$(fmt "$rbest")" "$target" "$verdict" "$(fmt "$rpp")")
         echo "$line"
     done
