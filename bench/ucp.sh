@@ -17,7 +17,8 @@
 #   BUILD_DIR=dir  use this (configured) build tree; default <repo>/build-bench,
 #                  configured as Release on first use
 #   PSCOM_PP=path  use this pscom_pp binary (with its libpscom4ucp.so), build nothing
-#   ITERS=20000    round trips at 8 B; larger sizes use max(100, ITERS*1024/size)
+#   ITERS=20000    round trips at 8 B; larger sizes use max(100, ITERS*1024/size);
+#                  every tool first does n/10+1 untimed round trips (warm-up)
 #   PIN=split      split: servers on cpu 1, clients on cpu 0; same: all on cpu 0;
 #                  none: no pinning
 #   KEEP=1         keep the temporary directory with all raw outputs
@@ -159,7 +160,8 @@ run_pscom() {
         n=$(iters_for "$size")
         cout=$TMP/$tool-client.$tls.$rep.$size
         if ! timeout 300 "${env_[@]}" "${PIN_CLIENT[@]}" "$PP" -c "$ep" \
-            --minsize "$size" --maxsize "$size" -n "$n" -t 100000000 >"$cout" 2>&1; then
+            --minsize "$size" --maxsize "$size" -n "$n" --warmup $((n / 10 + 1)) -t 100000000 \
+            >"$cout" 2>&1; then
             cat "$cout" >&2
             die "pscom_pp client failed ($tls, size $size, rep $rep)"
         fi

@@ -42,7 +42,7 @@
 #define PP_DEFAULT_XHEADER 12
 #define PP_MAX_XHEADER     100
 #define PP_SQRT2           1.4142135623730951
-/* untimed round trips per size before the measured loop */
+/* untimed round trips per size before the measured loop (default of --warmup) */
 #define PP_WARMUP 2
 
 static struct {
@@ -50,6 +50,7 @@ static struct {
     int client;
     const char *server_ep;
     unsigned loops;
+    unsigned warmup;
     unsigned long time_ms;
     unsigned long minsize;
     unsigned long maxsize;
@@ -63,6 +64,7 @@ static struct {
 } arg = {
     .port    = PP_DEFAULT_PORT,
     .loops   = PP_DEFAULT_LOOPS,
+    .warmup  = PP_WARMUP,
     .time_ms = PP_DEFAULT_TIME_MS,
     .minsize = PP_DEFAULT_MINSIZE,
     .maxsize = PP_DEFAULT_MAXSIZE,
@@ -136,6 +138,7 @@ static void print_config(FILE *out)
         fprintf(out, "#   once     : %s\n", arg.once ? "yes" : "no");
     }
     fprintf(out, "#   loops    : %u\n", arg.loops);
+    fprintf(out, "#   warmup   : %u\n", arg.warmup);
     fprintf(out, "#   time     : %lu ms\n", arg.time_ms);
     fprintf(out, "#   minsize  : %lu\n", arg.minsize);
     fprintf(out, "#   maxsize  : %lu\n", arg.maxsize);
@@ -150,7 +153,7 @@ static void print_config(FILE *out)
 /* options                                                            */
 /* ------------------------------------------------------------------ */
 
-enum { OPT_MINSIZE = 256, OPT_MAXSIZE, OPT_XHEADER, OPT_VALLOC, OPT_SEPBUF };
+enum { OPT_MINSIZE = 256, OPT_MAXSIZE, OPT_XHEADER, OPT_VALLOC, OPT_SEPBUF, OPT_WARMUP };
 
 static const struct option long_options[] = {
     {"listen", required_argument, NULL, 'l'},
@@ -162,6 +165,7 @@ static const struct option long_options[] = {
     {"xheader", required_argument, NULL, OPT_XHEADER},
     {"valloc", no_argument, NULL, OPT_VALLOC},
     {"sepbuf", no_argument, NULL, OPT_SEPBUF},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
     {"histo", no_argument, NULL, 'i'},
     {"verify", no_argument, NULL, 'V'},
     {"once", no_argument, NULL, '1'},
@@ -185,6 +189,7 @@ static void usage(FILE *out)
             "      --maxsize=SIZE   last message size (default %lu)\n"
             "      --xheader=SIZE   xheader size, at most %d (default %d)\n"
             "      --valloc         use page aligned buffers\n"
+            "      --warmup=COUNT   untimed round trips per size before the loops (default %d)\n"
             "      --sepbuf         server: reply from a buffer of its own that nobody\n"
             "                       writes, not with the data received (the memory\n"
             "                       traffic of ucx_perftest; the client's -V then fails)\n"
@@ -195,7 +200,7 @@ static void usage(FILE *out)
             "  -h, --help           show this help\n",
             progname, PP_DEFAULT_PORT, PP_DEFAULT_LOOPS, PP_DEFAULT_TIME_MS,
             PP_DEFAULT_MINSIZE, PP_DEFAULT_MAXSIZE, PP_MAX_XHEADER,
-            PP_DEFAULT_XHEADER);
+            PP_DEFAULT_XHEADER, PP_WARMUP);
 }
 
 static unsigned long parse_ulong(const char *opt, const char *str, unsigned long max)
@@ -228,6 +233,7 @@ static void parse_args(int argc, char **argv)
         case OPT_XHEADER: arg.xheader = (unsigned)parse_ulong("--xheader", optarg, 0x7fffffffUL); break;
         case OPT_VALLOC: arg.valloc = 1; break;
         case OPT_SEPBUF: arg.sepbuf = 1; break;
+        case OPT_WARMUP: arg.warmup = (unsigned)parse_ulong("--warmup", optarg, 0x7fffffffUL); break;
         case 'i': arg.histo = 1; break;
         case 'V': arg.verify = 1; break;
         case '1': arg.once = 1; break;
@@ -574,7 +580,7 @@ static int run_size(pp_client_t *c, unsigned long ms, unsigned loops, double *el
         memset(c->rbuf, 0, ms);
     }
 
-    for (unsigned long i = 0; i < PP_WARMUP; i++) {
+    for (unsigned long i = 0; i < arg.warmup; i++) {
         ret = round_trip(c, ms, i);
         if (ret < 0) return ret;
         if (ret > 0) rc = 1;
@@ -585,7 +591,7 @@ static int run_size(pp_client_t *c, unsigned long ms, unsigned loops, double *el
         t0           = tprev;
         for (unsigned i = 0; i < loops; i++) {
             double t;
-            ret = round_trip(c, ms, PP_WARMUP + (unsigned long)i);
+            ret = round_trip(c, ms, arg.warmup + (unsigned long)i);
             t   = now_us();
             c->histo[i] = (t - tprev) / 2.0;
             tprev       = t;
@@ -596,7 +602,7 @@ static int run_size(pp_client_t *c, unsigned long ms, unsigned loops, double *el
     } else {
         t0 = now_us();
         for (unsigned i = 0; i < loops; i++) {
-            ret = round_trip(c, ms, PP_WARMUP + (unsigned long)i);
+            ret = round_trip(c, ms, arg.warmup + (unsigned long)i);
             if (ret < 0) return ret;
             if (ret > 0) rc = 1;
         }
