@@ -24,6 +24,9 @@
  *  4. stale_module: PSP_PLUGINDIR holds a libpscom4ucp.so of another
  *     plugin ABI version: it is rejected with one log line and the real
  *     module next to libpscom is used (connections are ucp).
+ *  5. long_headers: xheaders and data around the 1 KiB limit of a MSG
+ *     (longer messages, also without data, go as HEAD), up to a 65000-byte
+ *     xheader, sent back to back and checked byte by byte.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -198,6 +201,83 @@ static int unexp_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- 5. long headers ------------------------------------------------------------- */
+
+/* xheader / data lengths around UCP_MSG_MAX (1 KiB, the pre-posted receive):
+ * messages up to it go as one MSG, longer ones, with or without data, as
+ * HEAD (+ DATA). Sent back to back, so that HEADs also arrive while a
+ * receive for the next MSG is posted (it is then cancelled). */
+static const struct {
+    unsigned xlen;
+    size_t dlen;
+} hdrs[] = {{4000, 0}, {8, 8}, {1016, 0}, {1017, 0}, {4000, 100}, {0, 2000}, {65000, 0},
+            {12, 0}, {1000, 16}, {2000, 100000}, {4, 4}};
+#define NHDRS (sizeof(hdrs) / sizeof(hdrs[0]))
+#define XH_MAX 65000
+
+static int hdr_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    unsigned char *xexp = tu_malloc(XH_MAX), *buf = tu_malloc(100000 + 64);
+    pscom_request_t *req = pscom_request_create(XH_MAX, 0);
+    for (unsigned i = 0; i < NHDRS; i++) {
+        memset(buf, 0xee, 100000 + 64);
+        memset((void *)&req->xheader, 0, XH_MAX);
+        req->connection  = cons[1];
+        req->socket      = sock;
+        req->xheader_len = XH_MAX;
+        req->data        = buf;
+        req->data_len    = 100000;
+        pscom_post_recv(req);
+        pscom_wait(req);
+        TU_ASSERT_SUCCESSFUL(req);
+        TU_ASSERT_EQ(req->header.xheader_len, hdrs[i].xlen);
+        TU_ASSERT_EQ(req->header.data_len, hdrs[i].dlen);
+        tu_fill(xexp, hdrs[i].xlen, 200 + i);
+        TU_ASSERT(memcmp((void *)&req->xheader, xexp, hdrs[i].xlen) == 0);
+        TU_ASSERT_PATTERN(buf, hdrs[i].dlen, 300 + i);
+        TU_ASSERT_BYTES(buf + hdrs[i].dlen, 64, 0xee);
+    }
+    pscom_request_free(req);
+    free(xexp);
+    free(buf);
+    tu_send_tag(cons[1], TAG_MSG);
+    pscom_close_connection(cons[1]);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int hdr_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    pscom_request_t *reqs[NHDRS];
+    unsigned char *bufs[NHDRS];
+    for (unsigned i = 0; i < NHDRS; i++) {
+        unsigned char *xh = tu_malloc(hdrs[i].xlen + 1);
+        bufs[i]           = tu_malloc(hdrs[i].dlen + 1);
+        tu_fill(xh, hdrs[i].xlen, 200 + i);
+        tu_fill(bufs[i], hdrs[i].dlen, 300 + i);
+        reqs[i] = pscom_request_create(hdrs[i].xlen, 0);
+        pscom_req_prepare(reqs[i], con, bufs[i], hdrs[i].dlen, xh, hdrs[i].xlen);
+        free(xh);
+        pscom_post_send(reqs[i]);
+    }
+    for (unsigned i = 0; i < NHDRS; i++) {
+        pscom_wait(reqs[i]);
+        TU_ASSERT_SUCCESSFUL(reqs[i]);
+        pscom_request_free(reqs[i]);
+        free(bufs[i]);
+    }
+    tu_wait_tag(con, NULL, TAG_MSG);
+    pscom_close_connection(con);
+    pscom_close_socket(sock);
+    return 0;
+}
+
 /* ---- 3./4. log lines and fallback (one process) ------------------------------ */
 
 static int log_fd = -1, saved_stderr = -1;
@@ -290,6 +370,7 @@ int main(void)
 {
     if (tu_run("ucp_sleep", 1, sleep_server, sleep_client, NULL)) return 1;
     if (tu_run("ucp_unexpected_inflight", 1, unexp_server, unexp_client, NULL)) return 1;
+    if (tu_run("ucp_long_headers", 1, hdr_server, hdr_client, NULL)) return 1;
 
     /* 3: the children inherit this environment (pscom_init after fork) */
     char *tls = getenv("UCX_TLS") ? strdup(getenv("UCX_TLS")) : NULL;
