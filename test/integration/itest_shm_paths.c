@@ -3,21 +3,28 @@
  * environment the test sets for its children (only shm may be used:
  * PSP_TCP=0 ..., PSCOM_TEST_CONTYPE=shm):
  *
- *   cma   : defaults; messages of at least PSP_SHM_RENDEZVOUS (32 KiB) data
- *           bytes are copied once, straight from the sender's buffer
- *           (process_vm_readv, the sender helping with process_vm_writev);
+ *   adapt : defaults; messages of at least PSP_SHM_RENDEZVOUS (32 KiB) data
+ *           bytes take the single copy or the ring, whichever the receiver
+ *           measured faster, and every 32nd the other way;
+ *   cma   : PSP_SHM_ADAPT=0: such messages are copied once, straight from
+ *           the sender's buffer (process_vm_readv, the sender helping with
+ *           process_vm_writev);
  *   ring  : PSP_SHM_CMA=0: every message is pipelined through the ring;
  *   eager : PSP_SHM_RENDEZVOUS=inf: the ring as well, with cross-memory
  *           attach available;
  *   tiny  : PSP_SHM_CMA=0 and the smallest ring (16 KiB, 8 KiB packets):
  *           wrap-around, a full ring and messages of many packets all the
- *           time.
+ *           time;
+ *   budget: PSP_SHM_CMA=0, a 1 MiB ring but a ring budget of 1 byte: the
+ *           connection gets the small ring (128 KiB) instead.
  *
  * In each mode:
  *  - the path is the expected one: a 256 KiB send to a peer that is out of
  *    pscom stays pending with single copy (it ends with the receiver's ACK)
- *    and completes at once through the 1 MiB ring (not through the tiny
- *    one);
+ *    and completes at once through the 1 MiB ring (not through the tiny or
+ *    small one); PATH_SENDS such sends in a row, so that in mode adapt the
+ *    first waits (nothing measured yet: single copy) and the 32nd does
+ *    not (it explores the ring);
  *  - the segments are gone from /dev/shm once the connection is up;
  *  - 0 B .. 64 MiB both ways, with the receive posted before the message
  *    arrives and after (unexpected), content and lengths checked;
@@ -125,10 +132,13 @@ static void assert_no_segments(pid_t a, pid_t b)
     closedir(d);
 }
 
-/* must a 256 KiB send wait for the receiver? */
-static int send_waits(void)
+#define PATH_SENDS 32 /* SHM_EXPLORE in pscom_shm.c */
+
+/* must the i-th 256 KiB send (from 1) wait for the receiver? */
+static int send_waits(unsigned i)
 {
-    return !strcmp(mode, "cma") || !strcmp(mode, "tiny");
+    if (!strcmp(mode, "adapt")) return i == 1 ? 1 : i == PATH_SENDS ? 0 : -1; /* -1: either */
+    return !strcmp(mode, "cma") || !strcmp(mode, "tiny") || !strcmp(mode, "budget");
 }
 
 /* ---- client -------------------------------------------------------------------- */
@@ -147,23 +157,26 @@ static int client(tu_ctx_t *ctx)
         uint32_t cmd = tu_wait_signal_progress(ctx, TU_SERVER);
         if (cmd == CMD_END) break;
         switch (cmd) {
-        case CMD_PATH: {
-            /* the server is out of pscom until we signal */
-            size_t len = 256u << 10;
-            tu_fill(sbuf, len, 77);
-            pscom_request_t *s = post_send(con, 77, sbuf, len);
-            for (int i = 0; i < 2000 && !pscom_req_is_done(s); i++) pscom_test_any();
-            if (send_waits()) {
-                TU_ASSERT_MSG(!pscom_req_is_done(s), "%s: the send completed before the "
-                                                     "receiver took it", mode);
-            } else {
-                TU_ASSERT_MSG(pscom_req_is_done(s), "ring: a 256 KiB send did not complete "
-                                                    "into the 1 MiB ring");
+        case CMD_PATH:
+            for (unsigned i = 1; i <= PATH_SENDS; i++) {
+                /* the server is out of pscom until we signal */
+                size_t len = 256u << 10;
+                tu_fill(sbuf, len, 77);
+                pscom_request_t *s = post_send(con, 77, sbuf, len);
+                for (int k = 0; k < 2000 && !pscom_req_is_done(s); k++) pscom_test_any();
+                int waits = send_waits(i);
+                if (waits > 0) {
+                    TU_ASSERT_MSG(!pscom_req_is_done(s), "%s: send %u completed before the "
+                                  "receiver took it", mode, i);
+                } else if (!waits) {
+                    TU_ASSERT_MSG(pscom_req_is_done(s), "%s: 256 KiB send %u did not complete "
+                                  "into the 1 MiB ring", mode, i);
+                }
+                tu_signal(ctx, TU_SERVER, 1);
+                wait_free(s);
+                TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 2); /* taken */
             }
-            tu_signal(ctx, TU_SERVER, 1);
-            wait_free(s);
             break;
-        }
         case CMD_SIZES:
             for (unsigned k = 0; k < NSIZES; k++) {
                 size_t len = sizes[k];
@@ -260,12 +273,16 @@ static int server(tu_ctx_t *ctx)
     unsigned char *rbuf = tu_malloc(max + GUARD);
 
     /* the data path */
+    pscom_request_t *r;
     command(ctx, CMD_PATH);
-    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1); /* stayed out of pscom until now */
-    pscom_request_t *r = post_recv(con, rbuf, max);
-    pscom_wait(r);
-    check_msg(r, 77, 256u << 10, rbuf);
-    pscom_request_free(r);
+    for (unsigned i = 1; i <= PATH_SENDS; i++) {
+        TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1); /* stayed out of pscom until now */
+        r = post_recv(con, rbuf, max);
+        pscom_wait(r);
+        check_msg(r, 77, 256u << 10, rbuf);
+        pscom_request_free(r);
+        tu_signal(ctx, 1, 2);
+    }
     finished(ctx);
 
     /* all sizes, posted and unexpected, echoed */
@@ -380,12 +397,14 @@ static int quick_server(tu_ctx_t *ctx)
 int main(int argc, char **argv)
 {
     static const struct {
-        const char *name, *cma, *rendezvous, *ring;
+        const char *name, *cma, *rendezvous, *ring, *adapt, *budget;
     } modes[] = {
-        {"cma", "1", NULL, "1048576"},
-        {"ring", "0", NULL, "1048576"},
-        {"eager", "1", "inf", "1048576"},
-        {"tiny", "0", NULL, "16384"},
+        {"adapt", "1", NULL, "1048576", "1", NULL},
+        {"cma", "1", NULL, "1048576", "0", NULL},
+        {"ring", "0", NULL, "1048576", "1", NULL},
+        {"eager", "1", "inf", "1048576", "1", NULL},
+        {"tiny", "0", NULL, "16384", "1", NULL},
+        {"budget", "0", NULL, "1048576", "1", "1"},
     };
     setenv("PSP_TCP", "0", 1);
     setenv("PSP_UCP", "0", 1);
@@ -403,6 +422,12 @@ int main(int argc, char **argv)
         mode = modes[m].name;
         setenv("PSP_SHM_CMA", modes[m].cma, 1);
         setenv("PSP_SHM_RING_SIZE", modes[m].ring, 1);
+        setenv("PSP_SHM_ADAPT", modes[m].adapt, 1);
+        if (modes[m].budget) {
+            setenv("PSP_SHM_RING_BUDGET", modes[m].budget, 1);
+        } else {
+            unsetenv("PSP_SHM_RING_BUDGET");
+        }
         if (modes[m].rendezvous) {
             setenv("PSP_SHM_RENDEZVOUS", modes[m].rendezvous, 1);
         } else {

@@ -86,7 +86,7 @@ int shm_seg_create(shm_seg_t *seg, uint64_t ring_size, const uint64_t nonce[2])
         err = -err;
         goto err_setup;
     }
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (base == MAP_FAILED) {
         err = -errno;
         goto err_setup;
@@ -135,7 +135,7 @@ int shm_seg_attach(shm_seg_t *seg, const char *name, uint64_t ring_size, const u
         err = -EPERM;
         goto err_close;
     }
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (base == MAP_FAILED) {
         err = -errno;
         goto err_close;

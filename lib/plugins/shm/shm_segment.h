@@ -5,7 +5,8 @@
  * on and sends its name through the handshake; the peer maps it and writes
  * into the ring. Segments are created with O_EXCL, mode 0600, a random name
  * and fully allocated up front (a tmpfs that runs full then fails the
- * handshake, instead of a SIGBUS at the first message). They are unlinked
+ * handshake, instead of a SIGBUS at the first message); both sides map
+ * them with MAP_POPULATE, so no message pays for page faults. They are unlinked
  * as soon as the peer has mapped them, so a killed job leaves nothing in
  * /dev/shm.
  *
@@ -23,7 +24,7 @@
 #include "shm_cma.h"
 
 #define SHM_SEG_MAGIC       0x6d687370u /* "pshm" */
-#define SHM_SEG_VERSION     1u
+#define SHM_SEG_VERSION     2u /* 2: prefer_ring */
 #define SHM_SEG_NAME_MAX    48
 #define SHM_SEG_RING_OFFSET 4096u
 
@@ -35,6 +36,9 @@ typedef struct shm_seg_hdr {
     uint32_t creator_pid;
     uint32_t reserved;
     _Alignas(64) _Atomic uint64_t consumed; /* written by the owner (consumer) only */
+    /* written by the owner, read by the peer before each large message:
+     * send it through the ring (1) or announce it for single copy (0) */
+    _Alignas(64) _Atomic uint32_t prefer_ring;
     shm_job_t job; /* the owner's current single-copy job (shm_cma.h) */
 } shm_seg_hdr_t;
 _Static_assert(sizeof(shm_seg_hdr_t) <= SHM_SEG_RING_OFFSET, "segment header fits one page");
