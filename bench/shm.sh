@@ -160,7 +160,9 @@ run_pscom() {
             cat "$cout" >&2
             die "pscom_pp client failed (size $size, rep $rep)"
         fi
-        row=$(awk -v s="$size" '$1 == s && NF >= 4 && $2 ~ /^[0-9]+$/ { print $3, $4; exit }' "$cout")
+        # latency = size / throughput: pscom_pp prints the time with 2 decimals only
+        row=$(awk -v s="$size" '$1 == s && NF >= 4 && $2 ~ /^[0-9]+$/ {
+            print ($4 > 0 ? $1 / $4 : $3), $4; exit }' "$cout")
         [[ -n $row ]] || { cat "$cout" >&2; die "no result row for size $size in pscom_pp output"; }
         echo "pscom $rep $size $row" >>"$RESULTS"
     done
