@@ -78,6 +78,7 @@
 #define SHM_RING_SMALL (128u << 10) /* rings beyond PSP_SHM_RING_BUDGET */
 #define SHM_ADAPT_MAX  (16u << 20)  /* larger messages always take the single copy */
 #define SHM_EXPLORE    32u          /* every so many large messages take the other way */
+#define SHM_EXPLORE_START 4u        /* ... and the first ones alternate */
 
 /* Gap between the head part and the data of a packet so that the data
  * sits in the ring at the same offset modulo 64 as at src. Copies between
@@ -476,8 +477,9 @@ static int shm_send_rndv(shm_con_t *sc)
  * the fast state, 2.2-2.4 vs 6.5 GB/s in the slow one. So the receiver
  * times the large messages that arrive either way (shm_time_*), keeps an
  * average per way, and tells the sender its choice in its segment header;
- * every SHM_EXPLORE-th large message takes the other way, so that both
- * averages follow a change within milliseconds. Nothing of this touches
+ * the first large messages alternate and then every SHM_EXPLORE-th takes
+ * the other way, so that both averages follow a change within
+ * milliseconds. Nothing of this touches
  * small messages.
  */
 static uint64_t shm_now_ns(void)
@@ -493,7 +495,10 @@ static int shm_large_by_ring(shm_con_t *sc, size_t dlen)
     if (!shm_config.adapt || dlen > SHM_ADAPT_MAX) return 0;
     shm_seg_hdr_t *peer = shm_seg_hdr(&sc->tx_seg);
     int ring = atomic_load_explicit(&peer->prefer_ring, memory_order_relaxed) != 0;
-    if (++sc->large_sent % SHM_EXPLORE == 0) ring = !ring;
+    /* the first large messages alternate, then every SHM_EXPLORE-th goes
+     * the other way */
+    unsigned n = ++sc->large_sent;
+    if (n <= SHM_EXPLORE_START ? n & 1 : n % SHM_EXPLORE == 0) ring = !ring;
     return ring;
 }
 
