@@ -118,7 +118,7 @@ static const pscom_env_entry_t shm_env[] = {
      "bytes of each receive ring (power of two, 16 KiB .. 1 GiB) while PSP_SHM_RING_BUDGET "
      "lasts; a ring holds one per connection and direction",
      &shm_config.ring_size, PSCOM_ENV_UINT, 0},
-    {"RING_BUDGET", "67108864",
+    {"RING_BUDGET", "16777216",
      "bytes of receive rings a process keeps at most; connections beyond it get rings of "
      "128 KiB (or PSP_SHM_RING_SIZE if smaller)",
      &shm_config.ring_budget, PSCOM_ENV_UINT, 0},
