@@ -3,13 +3,9 @@
  * Run once per UCX transport set (ctest itest_ucp.ucp-tcp / .ucp-shm, with
  * the environment of that variant: PSP_TCP=0 PSP_SHM=0 UCX_TLS=...).
  *
- *  1. sleep: a receive that blocks for a while costs (almost) no CPU: the
- *     plugin arms the UCX worker and leaves the poller list, so the core's
- *     wait sleeps in epoll_wait on the worker's event fd, and the message
- *     still wakes it up. Measured with getrusage over the blocked receive,
- *     in both directions. The client's pause before sending is the
- *     measuring window, not a synchronisation: the result does not depend
- *     on its length, only the CPU/wall ratio is checked.
+ *  1. sleep: see itest_wait_sleep (run over ucp too): the plugin arms the
+ *     UCX worker and leaves the poller list, so the core's wait sleeps in
+ *     epoll_wait on the worker's event fd.
  *  2. unexpected_inflight: large messages arrive unexpected (UCX moves
  *     them asynchronously); the receive is posted as soon as pscom_iprobe
  *     sees the header, i.e. while the payload may still be on its way, and
@@ -35,89 +31,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
 #define TAG_MSG 0x4d534721u
-#define PAUSE_MS 300
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru); /* all threads, UCX's async thread too */
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
-}
-
-static void pause_ms(unsigned ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0) {
-    }
-}
-
-/* ---- 1. sleep ------------------------------------------------------------ */
-
-/* Blocking receive of one uint32_t; returns CPU seconds / wall seconds. */
-static double blocked_recv(pscom_connection_t *con, uint32_t expect, double *wall)
-{
-    uint32_t v = 0;
-    double c0 = cpu_s(), t0 = now_s();
-    TU_ASSERT_OK(pscom_recv_from(con, NULL, 0, &v, sizeof(v)));
-    *wall    = now_s() - t0;
-    double c = cpu_s() - c0;
-    TU_ASSERT_EQ(v, expect);
-    return c / *wall;
-}
-
-static void check_ratio(const char *who, double ratio, double wall)
-{
-    tu_log("%s: blocked %.0f ms, cpu %.1f %%", who, wall * 1e3, ratio * 100);
-    /* a blocked receive must not spin: generous bound for loaded machines
-     * and sanitizer builds (a spinning wait is at 100 %) */
-    if (wall > 0.05) TU_ASSERT_MSG(ratio < 0.25, "%s: cpu %.1f %% while blocked", who, ratio * 100);
-}
-
-static int sleep_server(tu_ctx_t *ctx)
-{
-    pscom_connection_t *cons[2];
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    double wall, r = blocked_recv(cons[1], 1, &wall);
-    check_ratio("server", r, wall);
-    pause_ms(PAUSE_MS); /* the client blocks meanwhile */
-    uint32_t v = 2;
-    pscom_send(cons[1], NULL, 0, &v, sizeof(v));
-    tu_wait_tag(cons[1], NULL, TAG_MSG);
-    pscom_close_connection(cons[1]);
-    pscom_close_socket(sock);
-    return 0;
-}
-
-static int sleep_client(tu_ctx_t *ctx)
-{
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
-    pause_ms(PAUSE_MS); /* the server blocks meanwhile */
-    uint32_t v = 1;
-    pscom_send(con, NULL, 0, &v, sizeof(v));
-    double wall, r = blocked_recv(con, 2, &wall);
-    check_ratio("client", r, wall);
-    tu_send_tag(con, TAG_MSG);
-    pscom_close_connection(con);
-    pscom_close_socket(sock);
-    return 0;
-}
 
 /* ---- 2. unexpected_inflight ----------------------------------------------- */
 
@@ -368,7 +284,6 @@ static int stale_server(tu_ctx_t *ctx)
 
 int main(void)
 {
-    if (tu_run("ucp_sleep", 1, sleep_server, sleep_client, NULL)) return 1;
     if (tu_run("ucp_unexpected_inflight", 1, unexp_server, unexp_client, NULL)) return 1;
     if (tu_run("ucp_long_headers", 1, hdr_server, hdr_client, NULL)) return 1;
 
