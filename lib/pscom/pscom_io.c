@@ -199,7 +199,7 @@ static int process_buffer(pscom_con_t *con)
         size_t take  = avail < in->data_len ? avail : in->data_len;
         if (take) store_data(in, in->buf + need, take);
         size_t used = need + take;
-        memmove(in->buf, in->buf + used, in->fill - used);
+        if (in->fill > used) memmove(in->buf, in->buf + used, in->fill - used);
         in->fill -= used;
 
         if (in->data_done == in->data_len) {
