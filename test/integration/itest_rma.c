@@ -1076,15 +1076,22 @@ static int put_death_server(tu_ctx_t *ctx)
     return 0;
 }
 
+/* The target's packed rkey, sent as TAG_RKEY; its window address in xh. */
+static pscom_rkey_t recv_rkey(pscom_connection_t *con, ctl_xh_t *xh)
+{
+    unsigned char rkeybuf[4096];
+    size_t rl = recv_tag(con, TAG_RKEY, xh, rkeybuf, sizeof(rkeybuf));
+    pscom_rkey_t rkey;
+    TU_ASSERT_OK(pscom_rkey_generate(con, rkeybuf, rl, &rkey));
+    return rkey;
+}
+
 static int put_death_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
     pscom_connection_t *con = tu_client_connect(ctx, sock);
-    unsigned char rkeybuf[4096];
     ctl_xh_t xh;
-    size_t rl = recv_tag(con, TAG_RKEY, &xh, rkeybuf, sizeof(rkeybuf));
-    pscom_rkey_t rkey;
-    TU_ASSERT_OK(pscom_rkey_generate(con, rkeybuf, rl, &rkey));
+    pscom_rkey_t rkey = recv_rkey(con, &xh);
     unsigned char *src = tu_malloc(DEATH_LEN);
     memset(src, 0x77, DEATH_LEN);
     pscom_request_t *r = rma_req(con, rkey, 0);
@@ -1238,11 +1245,8 @@ static int direct_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
     pscom_connection_t *con = tu_client_connect(ctx, sock);
-    unsigned char rkeybuf[4096];
     ctl_xh_t xh;
-    size_t rl = recv_tag(con, TAG_RKEY, &xh, rkeybuf, sizeof(rkeybuf));
-    pscom_rkey_t rkey;
-    TU_ASSERT_OK(pscom_rkey_generate(con, rkeybuf, rl, &rkey));
+    pscom_rkey_t rkey = recv_rkey(con, &xh);
     unsigned char *win = (unsigned char *)(uintptr_t)xh.addr;
     send_ctl(con, TAG_DIRECT, 0, 0, NULL, 0);
     unsigned char *src = tu_malloc(2 * DIRECT_N * DIRECT_LEN), *dst = src + DIRECT_N * DIRECT_LEN;
