@@ -23,6 +23,9 @@
  * set only every FD_POLL_EVERY passes: a system call per pass would
  * dominate shared-memory latency. */
 #define FD_POLL_EVERY 32
+/* ... or every FD_POLL_EVERY_QUIET passes while all registered fds are
+ * quiet (listeners, peer-death detectors; pscom_ufd_t.quiet) */
+#define FD_POLL_EVERY_QUIET 1024
 /* An idle blocking wait reads the clock every CLOCK_EVERY passes. */
 #define CLOCK_EVERY 16
 
@@ -35,6 +38,7 @@ static unsigned sleepers;
 static pscom_ufd_t wake_ufd;
 static pscom_list_t pollers = PSCOM_LIST_INIT(pollers);
 static unsigned pollers_active;
+static unsigned hot_fds; /* registered fds that are not quiet */
 
 static pscom_list_t timers = PSCOM_LIST_INIT(timers);
 
@@ -68,7 +72,8 @@ int pscom_progress_init(void)
     }
     wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd >= 0) {
-        wake_ufd = (pscom_ufd_t){.fd = wake_fd, .events = EPOLLIN, .handler = wake_handler};
+        wake_ufd = (pscom_ufd_t){
+            .fd = wake_fd, .events = EPOLLIN, .handler = wake_handler, .quiet = 1};
         pscom_ufd_add(&wake_ufd);
     }
     return 0;
@@ -94,6 +99,7 @@ int pscom_ufd_add(pscom_ufd_t *ufd)
         return -1;
     }
     ufd->registered = 1;
+    if (!ufd->quiet) hot_fds++;
     return 0;
 }
 
@@ -114,6 +120,7 @@ void pscom_ufd_del(pscom_ufd_t *ufd)
     if (!ufd->registered) return;
     epoll_ctl(epfd, EPOLL_CTL_DEL, ufd->fd, NULL);
     ufd->registered = 0;
+    if (!ufd->quiet) hot_fds--;
 }
 
 void pscom_poller_add(pscom_poller_t *poller)
@@ -227,7 +234,8 @@ int pscom_progress(int timeout_ms)
         progress |= poll_transports();
         if (progress) pscom.progress_counter++; /* not idle: no nap in pscom_wait_until */
         if (progress) timeout_ms = 0;
-        if (!timeout_ms && ++skipped < FD_POLL_EVERY) return progress;
+        if (!timeout_ms && ++skipped < (hot_fds ? FD_POLL_EVERY : FD_POLL_EVERY_QUIET))
+            return progress;
         skipped = 0;
     }
     if (epfd < 0) return progress;

@@ -976,6 +976,7 @@ static int shm_con_start(pscom_con_t *con, int *fd)
     sc->ufd.events  = EPOLLIN;
     sc->ufd.handler = shm_fd_handler;
     sc->ufd.priv    = sc;
+    sc->ufd.quiet   = 1; /* only the peer's death */
     if (shm_polled_add(sc) < 0) goto err_poll;
     if (pscom_ufd_add(&sc->ufd) < 0) goto err_ufd;
     *fd = -1; /* ours now */

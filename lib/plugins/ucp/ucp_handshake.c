@@ -324,7 +324,8 @@ int ucp_con_start(pscom_con_t *con, int *fd)
 {
     ucp_con_t *uc = pscom_con_plugin_priv(con);
     if (!uc->ep) return -1;
-    uc->sock = (pscom_ufd_t){.fd = *fd, .events = EPOLLIN, .handler = sock_handler, .priv = uc};
+    uc->sock = (pscom_ufd_t){
+        .fd = *fd, .events = EPOLLIN, .handler = sock_handler, .priv = uc, .quiet = 1};
     if (uc->sock.fd >= 0) {
         if (pscom_ufd_add(&uc->sock) < 0) {
             uc->sock.fd = -1; /* the core closes it */
