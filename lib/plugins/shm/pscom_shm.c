@@ -78,7 +78,8 @@
 #define SHM_RING_SMALL (128u << 10) /* rings beyond PSP_SHM_RING_BUDGET */
 #define SHM_ADAPT_MAX  (16u << 20)  /* larger messages always take the single copy */
 #define SHM_EXPLORE    32u          /* every so many large messages take the other way */
-#define SHM_EXPLORE_START 4u        /* ... and the first ones alternate */
+#define SHM_EXPLORE_CLEAR 128u      /* ... as long as one way is clearly faster */
+#define SHM_EXPLORE_START 4u        /* ... and the first ones go two each way */
 
 /* Gap between the head part and the data of a packet so that the data
  * sits in the ring at the same offset modulo 64 as at src. Copies between
@@ -207,8 +208,8 @@ typedef struct shm_con {
     uint64_t rm_left;  /* its bytes still to come (head included) */
     uint64_t rm_len, rm_t0;
     uint64_t est_ring, est_cma; /* ns per MiB, 0 = no sample yet */
-    unsigned n_ring, n_cma;     /* samples so far */
-    uint32_t prefer_ring;       /* what we told the sender */
+    int last_way;               /* of the last large message: 1 ring, 0 single copy, -1 none */
+    uint32_t prefer_ring;       /* what we told the sender (SHM_PREFER_*) */
     uint64_t rx_ring_bytes;     /* our receive ring, counted in rings_reserved */
 
     /* sending: the oldest queued message may be partly in the ring */
@@ -477,11 +478,17 @@ static int shm_send_rndv(shm_con_t *sc)
  * the fast state, 2.2-2.4 vs 6.5 GB/s in the slow one. So the receiver
  * times the large messages that arrive either way (shm_time_*), keeps an
  * average per way, and tells the sender its choice in its segment header;
- * the first large messages alternate and then every SHM_EXPLORE-th takes
- * the other way, so that both averages follow a change within
- * milliseconds. Nothing of this touches
- * small messages.
+ * the first four large messages go two each way, and then two in every
+ * SHM_EXPLORE take the other way (two in every SHM_EXPLORE_CLEAR while one
+ * way is at least 1.25x faster: exploring costs), so that both averages
+ * follow a change within milliseconds. The receiver drops the first sample
+ * after a change of way: it pays for caches the other way has cooled
+ * (a ring message after 31 single copies measured slower than single
+ * copies, which kept large messages on the slower way). Nothing of this
+ * touches small messages.
  */
+#define SHM_PREFER_RING  1u /* prefer_ring: the ring is faster */
+#define SHM_PREFER_CLEAR 2u /* ... by at least 1.25x, whichever is faster */
 static uint64_t shm_now_ns(void)
 {
     struct timespec ts;
@@ -494,28 +501,38 @@ static int shm_large_by_ring(shm_con_t *sc, size_t dlen)
 {
     if (!shm_config.adapt || dlen > SHM_ADAPT_MAX) return 0;
     shm_seg_hdr_t *peer = shm_seg_hdr(&sc->tx_seg);
-    int ring = atomic_load_explicit(&peer->prefer_ring, memory_order_relaxed) != 0;
-    /* the first large messages alternate, then every SHM_EXPLORE-th goes
-     * the other way */
+    uint32_t prefer = atomic_load_explicit(&peer->prefer_ring, memory_order_relaxed);
+    int ring        = (prefer & SHM_PREFER_RING) != 0;
     unsigned n = ++sc->large_sent;
-    if (n <= SHM_EXPLORE_START ? n & 1 : n % SHM_EXPLORE == 0) ring = !ring;
+    if (n <= SHM_EXPLORE_START) return n <= SHM_EXPLORE_START / 2; /* the ring first */
+    if (n % (prefer & SHM_PREFER_CLEAR ? SHM_EXPLORE_CLEAR : SHM_EXPLORE) < 2) ring = !ring;
     return ring;
 }
 
 /* Receiver: a large message of len data bytes took the time since t0 one
- * way. The first sample of a way only starts its average: it pays for
- * cold caches. */
-static void shm_time_sample(shm_con_t *sc, uint64_t *est, unsigned *n, uint64_t t0, uint64_t len)
+ * way (ring: 1, single copy: 0). */
+static void shm_time_sample(shm_con_t *sc, int ring_way, uint64_t t0, uint64_t len)
 {
     uint64_t per_mib = ((shm_now_ns() - t0) << 20) / len;
-    *est             = ++*n > 2 ? (*est * 3 + per_mib) / 4 : per_mib;
-    uint32_t ring    = sc->n_ring > 1 && sc->n_cma > 1 && sc->est_ring < sc->est_cma;
-    if (ring != sc->prefer_ring) {
-        plog_dbg("%s: shm: large messages now by %s (%llu vs %llu ns/MiB)",
-                 pscom_con_name(sc->con), ring ? "ring" : "single copy",
-                 (unsigned long long)sc->est_ring, (unsigned long long)sc->est_cma);
-        sc->prefer_ring = ring;
-        atomic_store_explicit(&shm_seg_hdr(&sc->rx_seg)->prefer_ring, ring, memory_order_relaxed);
+    if (ring_way != sc->last_way) { /* caches cooled by the other way */
+        sc->last_way = ring_way;
+        return;
+    }
+    uint64_t *est = ring_way ? &sc->est_ring : &sc->est_cma;
+    *est          = *est ? (*est * 3 + per_mib) / 4 : per_mib;
+    if (!sc->est_ring || !sc->est_cma) return;
+    uint64_t fast = sc->est_ring < sc->est_cma ? sc->est_ring : sc->est_cma;
+    uint64_t slow = sc->est_ring < sc->est_cma ? sc->est_cma : sc->est_ring;
+    uint32_t prefer = (sc->est_ring < sc->est_cma ? SHM_PREFER_RING : 0) |
+                      (slow * 4 >= fast * 5 ? SHM_PREFER_CLEAR : 0);
+    if (prefer != sc->prefer_ring) {
+        if ((prefer ^ sc->prefer_ring) & SHM_PREFER_RING)
+            plog_dbg("%s: shm: large messages now by %s (%llu vs %llu ns/MiB)",
+                     pscom_con_name(sc->con), prefer & SHM_PREFER_RING ? "ring" : "single copy",
+                     (unsigned long long)sc->est_ring, (unsigned long long)sc->est_cma);
+        sc->prefer_ring = prefer;
+        atomic_store_explicit(&shm_seg_hdr(&sc->rx_seg)->prefer_ring, prefer,
+                              memory_order_relaxed);
     }
 }
 
@@ -543,7 +560,7 @@ static void shm_time_ring(shm_con_t *sc, const char *p, uint32_t head_len, uint3
         return;
     }
     sc->rm_left = 0;
-    shm_time_sample(sc, &sc->est_ring, &sc->n_ring, sc->rm_t0, sc->rm_len);
+    shm_time_sample(sc, 1, sc->rm_t0, sc->rm_len);
 }
 
 /* Write what is queued into the ring until the queue is empty, the ring
@@ -714,7 +731,7 @@ static int shm_rndv_progress(shm_con_t *sc, int *progress)
     sc->ack.done    = sc->rr_done;
     sc->ack.status  = SHM_ACK_OK;
     sc->ack_pending = 1;
-    if (sc->rr_t0) shm_time_sample(sc, &sc->est_cma, &sc->n_cma, sc->rr_t0, sc->rr_len);
+    if (sc->rr_t0) shm_time_sample(sc, 0, sc->rr_t0, sc->rr_len);
     shm_write(sc);
     return sc->closed ? -1 : 1;
 
@@ -956,6 +973,7 @@ static int shm_con_start(pscom_con_t *con, int *fd)
 {
     shm_con_t *sc = shm_con(con);
     sc->con       = con;
+    sc->last_way  = -1;
 
     shm_seg_hdr_t *rh = shm_seg_hdr(&sc->rx_seg);
     sc->rx.ring       = shm_seg_ring(&sc->rx_seg);

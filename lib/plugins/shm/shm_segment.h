@@ -37,7 +37,8 @@ typedef struct shm_seg_hdr {
     uint32_t reserved;
     _Alignas(64) _Atomic uint64_t consumed; /* written by the owner (consumer) only */
     /* written by the owner, read by the peer before each large message:
-     * send it through the ring (1) or announce it for single copy (0) */
+     * send it through the ring or announce it for single copy, and how
+     * often to try the other way (pscom_shm.c, SHM_PREFER_*) */
     _Alignas(64) _Atomic uint32_t prefer_ring;
     shm_job_t job; /* the owner's current single-copy job (shm_cma.h) */
 } shm_seg_hdr_t;
