@@ -134,6 +134,7 @@ run_pp() { # run_pp <transport> <eager|rndv> <rep>
     [[ $mode == rndv ]] && envs+=" PSP_RENDEZVOUS=$RNDV"
     : >"$out" # exists before the background server opens it
     # shellcheck disable=SC2086
+    : >"$out" # exists before the server writes: the loop below reads it at once
     env $envs "${PIN_SERVER[@]}" "$PP" -l 0 >"$out" 2>&1 &
     SERVER_PID=$!
     for ((i = 0; i < 100; i++)); do

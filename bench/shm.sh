@@ -142,6 +142,7 @@ PSCOM_ENVV=(env PSP_TCP=0 PSP_UCP=0 PSP_OPENIB=0 "${EXTRA_ENV[@]}")
 
 run_pscom() {
     local rep=$1 out=$TMP/pscom-server.$1 ep="" i size n cout row
+    : >"$out" # exists before the server writes: the loop below reads it at once
     "${PSCOM_ENVV[@]}" "${PIN_SERVER[@]}" "$PP" -l 0 >"$out" 2>&1 &
     SERVER_PID=$!
     for ((i = 0; i < 100; i++)); do

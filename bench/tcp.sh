@@ -130,6 +130,7 @@ PSCOM_ENV=(env PSP_SHM=0 PSP_UCP=0 PSP_OPENIB=0)
 
 run_pscom() {
     local rep=$1 out=$TMP/pscom-server.$1 ep="" i size n cout row
+    : >"$out" # exists before the server writes: the loop below reads it at once
     "${PSCOM_ENV[@]}" "${PIN_SERVER[@]}" "$PP" -l 0 >"$out" 2>&1 &
     SERVER_PID=$!
     for ((i = 0; i < 100; i++)); do
