@@ -77,8 +77,7 @@
 #define SHM_GAP_MIN    1024u /* packets with this much data get a gap */
 #define SHM_RING_SMALL (128u << 10) /* rings beyond PSP_SHM_RING_BUDGET */
 #define SHM_ADAPT_MAX  (16u << 20)  /* larger messages always take the single copy */
-#define SHM_EXPLORE    32u          /* every so many large messages take the other way */
-#define SHM_EXPLORE_CLEAR 128u      /* ... as long as one way is clearly faster */
+#define SHM_EXPLORE    32u          /* two in so many large messages take the other way */
 #define SHM_EXPLORE_START 4u        /* ... and the first ones go two each way */
 
 /* Gap between the head part and the data of a packet so that the data
@@ -479,16 +478,18 @@ static int shm_send_rndv(shm_con_t *sc)
  * times the large messages that arrive either way (shm_time_*), keeps an
  * average per way, and tells the sender its choice in its segment header;
  * the first four large messages go two each way, and then two in every
- * SHM_EXPLORE take the other way (two in every SHM_EXPLORE_CLEAR while one
- * way is at least 1.25x faster: exploring costs), so that both averages
- * follow a change within milliseconds. The receiver drops the first sample
+ * SHM_EXPLORE take the other way, in every 4 * SHM_EXPLORE while one way is
+ * at least 1.25x faster, in every 16 * SHM_EXPLORE while it is 2x faster
+ * (exploring costs), so that both averages follow a change within
+ * milliseconds. The receiver drops the first sample
  * after a change of way: it pays for caches the other way has cooled
  * (a ring message after 31 single copies measured slower than single
  * copies, which kept large messages on the slower way). Nothing of this
  * touches small messages.
  */
-#define SHM_PREFER_RING  1u /* prefer_ring: the ring is faster */
-#define SHM_PREFER_CLEAR 2u /* ... by at least 1.25x, whichever is faster */
+/* prefer_ring: bit 0 the ring is faster; bits 8.. the exploration period */
+#define SHM_PREFER_RING         1u
+#define SHM_PREFER_PERIOD_SHIFT 8
 static uint64_t shm_now_ns(void)
 {
     struct timespec ts;
@@ -505,7 +506,8 @@ static int shm_large_by_ring(shm_con_t *sc, size_t dlen)
     int ring        = (prefer & SHM_PREFER_RING) != 0;
     unsigned n = ++sc->large_sent;
     if (n <= SHM_EXPLORE_START) return n <= SHM_EXPLORE_START / 2; /* the ring first */
-    if (n % (prefer & SHM_PREFER_CLEAR ? SHM_EXPLORE_CLEAR : SHM_EXPLORE) < 2) ring = !ring;
+    unsigned period = prefer >> SHM_PREFER_PERIOD_SHIFT;
+    if (n % (period ? period : SHM_EXPLORE) < 2) ring = !ring;
     return ring;
 }
 
@@ -519,12 +521,18 @@ static void shm_time_sample(shm_con_t *sc, int ring_way, uint64_t t0, uint64_t l
         return;
     }
     uint64_t *est = ring_way ? &sc->est_ring : &sc->est_cma;
-    *est          = *est ? (*est * 3 + per_mib) / 4 : per_mib;
+    /* one stalled message (an interrupt, the host) must not flip the
+     * choice: a sample counts as at most twice the average; a real change
+     * still gets through within a few messages */
+    if (*est && per_mib > 2 * *est) per_mib = 2 * *est;
+    *est = *est ? (*est * 3 + per_mib) / 4 : per_mib;
     if (!sc->est_ring || !sc->est_cma) return;
     uint64_t fast = sc->est_ring < sc->est_cma ? sc->est_ring : sc->est_cma;
     uint64_t slow = sc->est_ring < sc->est_cma ? sc->est_cma : sc->est_ring;
+    uint32_t period = slow >= 2 * fast ? 16 * SHM_EXPLORE
+                      : slow * 4 >= fast * 5 ? 4 * SHM_EXPLORE : SHM_EXPLORE;
     uint32_t prefer = (sc->est_ring < sc->est_cma ? SHM_PREFER_RING : 0) |
-                      (slow * 4 >= fast * 5 ? SHM_PREFER_CLEAR : 0);
+                      period << SHM_PREFER_PERIOD_SHIFT;
     if (prefer != sc->prefer_ring) {
         if ((prefer ^ sc->prefer_ring) & SHM_PREFER_RING)
             plog_dbg("%s: shm: large messages now by %s (%llu vs %llu ns/MiB)",
