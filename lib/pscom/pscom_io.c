@@ -124,13 +124,13 @@ static int protocol_error(pscom_con_t *con, const char *what, unsigned value)
     return 1;
 }
 
-/* A complete header + xheader is at in->buf. Returns 1 to stop reading. */
-static int dispatch(pscom_con_t *con, uint8_t type, uint64_t dlen)
+/* A complete header + xheader is at hn (in->buf, or a transport's buffer
+ * holding a whole message, see pscom_read_feed). Returns 1 to stop reading. */
+static int dispatch(pscom_con_t *con, pscom_header_net_t *hn, uint8_t type, uint64_t dlen)
 {
     pscom_con_in_t *in = &con->in;
     in->data_len       = (size_t)dlen;
     in->data_done      = 0;
-    pscom_header_net_t *hn = (pscom_header_net_t *)in->buf;
     int err;
     switch (type) {
     case PSCOM_MSGTYPE_USER:
@@ -178,6 +178,40 @@ static int dispatch(pscom_con_t *con, uint8_t type, uint64_t dlen)
     return 0;
 }
 
+/* The message whose header + xheader (need bytes) are at p, followed by
+ * avail - need bytes of its data, is taken: dispatched, and the data at hand
+ * stored; *used: the bytes consumed. Then the caller moves its buffer on
+ * and calls message_check_done(). Returns 1 to stop reading. */
+static int take_message(pscom_con_t *con, char *p, size_t need, size_t avail, uint8_t type,
+                        uint64_t dlen, size_t *used)
+{
+    pscom_con_in_t *in = &con->in;
+    if (dispatch(con, (pscom_header_net_t *)p, type, dlen)) return 1;
+    if (pscom_unlikely(con->transport_closed)) return 1; /* closed by the message */
+    size_t take = avail - need < in->data_len ? avail - need : in->data_len;
+    if (take) store_data(in, p + need, take);
+    *used = need + take;
+    return 0;
+}
+
+/* After take_message() and moving the buffer on: complete the message if
+ * all its data is in. Returns 1 to stop reading (EOF). */
+static int message_check_done(pscom_con_t *con, uint8_t type)
+{
+    pscom_con_in_t *in = &con->in;
+    if (in->data_done != in->data_len) {
+        in->skipping = !in->req;
+        return 0;
+    }
+    message_done(con);
+    if (pscom_unlikely(type == PSCOM_MSGTYPE_EOF)) {
+        in->fill = 0; /* nothing may follow an EOF */
+        pscom_con_eof_received(con);
+        return 1;
+    }
+    return 0;
+}
+
 /* Parse what the readahead buffer holds. Returns 1 to stop reading. */
 static int process_buffer(pscom_con_t *con)
 {
@@ -192,26 +226,11 @@ static int process_buffer(pscom_con_t *con)
             if (ensure_cap(con, need) < 0) return protocol_error(con, "xheader too large", xlen);
             return 0;
         }
-        if (dispatch(con, type, dlen)) return 1;
-        if (pscom_unlikely(con->transport_closed)) return 1; /* closed by the message */
-
-        size_t avail = in->fill - need;
-        size_t take  = avail < in->data_len ? avail : in->data_len;
-        if (take) store_data(in, in->buf + need, take);
-        size_t used = need + take;
+        size_t used;
+        if (take_message(con, in->buf, need, in->fill, type, dlen, &used)) return 1;
         if (in->fill > used) memmove(in->buf, in->buf + used, in->fill - used);
         in->fill -= used;
-
-        if (in->data_done == in->data_len) {
-            message_done(con);
-            if (type == PSCOM_MSGTYPE_EOF) {
-                in->fill = 0; /* nothing may follow an EOF */
-                pscom_con_eof_received(con);
-                return 1;
-            }
-        } else {
-            in->skipping = !in->req;
-        }
+        if (message_check_done(con, type)) return 1;
     }
     return 0;
 }
@@ -264,6 +283,27 @@ int pscom_read_done(pscom_con_t *con, size_t len)
 
 int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len)
 {
+    pscom_con_in_t *in = &con->in;
+    /* Fast path: a message-oriented transport feeds whole messages. While
+     * the parser is between messages (nothing buffered), one whose header
+     * and xheader are here is parsed in place, its data stored straight from
+     * buf: no copy into the readahead buffer. hn must be aligned like
+     * in->buf for the message handlers. */
+    while (!in->fill && !in_data_phase(in) && !in->pinned && len >= PSCOM_WIRE_HEADER_SIZE &&
+           !((uintptr_t)buf & 7)) {
+        uint16_t xlen;
+        uint8_t type;
+        uint64_t dlen;
+        pscom_wire_header_decode(buf, &xlen, &type, &dlen);
+        size_t need = PSCOM_WIRE_HEADER_SIZE + xlen;
+        if (len < need) break;
+        size_t used;
+        pscom.progress_counter++;
+        if (take_message(con, (char *)buf, need, len, type, dlen, &used)) return 1;
+        buf += used;
+        len -= used;
+        if (message_check_done(con, type)) return 1;
+    }
     while (len) {
         char *dst;
         size_t n;

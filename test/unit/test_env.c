@@ -83,7 +83,7 @@ static pscom_env_table_t other_table = {.name = "other", .prefix = "", .entries 
 static void assert_int_parse(const char *str, int want)
 {
     int v = 12345;
-    if (pscom_env_parse_value(PSCOM_ENV_INT, str, &v) != 0) fail_msg("int '%s' rejected", str);
+    if (pscom_env_parse_value(PSCOM_ENV_INT, str, &v) != 0) fail_msg("int '%s' rejected", str ? str : "(null)");
     assert_int_equal(v, want);
 }
 
@@ -116,7 +116,7 @@ static void test_parse_int(void **state)
 static void assert_uint_parse(const char *str, unsigned want)
 {
     unsigned v = 12345;
-    if (pscom_env_parse_value(PSCOM_ENV_UINT, str, &v) != 0) fail_msg("uint '%s' rejected", str);
+    if (pscom_env_parse_value(PSCOM_ENV_UINT, str, &v) != 0) fail_msg("uint '%s' rejected", str ? str : "(null)");
     assert_int_equal(v, want);
 }
 

@@ -116,7 +116,7 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
  * back (ucp_log.c). */
 static int peer_mode_unsupported;
 
-static int ep_create(ucp_con_t *uc, const void *addr)
+static int ep_create(ucp_con_t *uc, const void *addr, size_t addr_len)
 {
     ucp_ep_params_t p = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -146,6 +146,9 @@ static int ep_create(ucp_con_t *uc, const void *addr)
         uc->ep = NULL;
         return -1;
     }
+    /* a connection to our own worker: UCX's "self" delivers a message at
+     * once, inside the send (see send_one) */
+    uc->self_peer = addr_len == ucp_g.addr_len && !memcmp(addr, ucp_g.addr, addr_len);
     ucp_wake(); /* wire-up needs progress */
     return 0;
 }
@@ -263,7 +266,7 @@ int ucp_con_connect(pscom_con_t *con, const void *reply, size_t len, void *confi
     const void *addr = get_hdr(con, reply, len, &alen, &peer_id);
     if (!addr) return -1;
     uc->peer_id = peer_id;
-    if (ep_create(uc, addr) < 0 || ep_wireup(uc) < 0) return -1;
+    if (ep_create(uc, addr, alen) < 0 || ep_wireup(uc) < 0) return -1;
     put_hdr(confirm, 0, 0); /* magic and version only */
     *confirm_len = UCP_CONFIRM_LEN;
     return 0;
@@ -279,7 +282,7 @@ int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len)
     memcpy(&ver, (const char *)confirm + 4, 2);
     if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION) goto bad;
     if (!uc->peer_addr) return -1;
-    int rc = ep_create(uc, uc->peer_addr);
+    int rc = ep_create(uc, uc->peer_addr, uc->peer_addr_len);
     if (rc == 0) rc = ep_wireup(uc);
     free(uc->peer_addr);
     uc->peer_addr = NULL;
@@ -349,6 +352,7 @@ static void con_teardown(ucp_con_t *uc, int force)
     ucp_rx_close(uc);
     ep_close(uc, force);
     ucp_rx_close_end(uc);
+    ucp_g.must_probe = 1; /* the worker may have been progressed meanwhile */
     uc->closed = 1;
     ucp_con_id_free(uc->id); /* from now on, arrivals and completions are dropped */
     uc->id = 0;

@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <ucp/api/ucp.h>
 
 #include "pscom_plugin.h"
@@ -70,7 +71,7 @@ typedef struct ucp_cfg {
 extern ucp_cfg_t ucp_cfg;
 
 #define UCP_SMALL_MAX  UCP_MSG_MAX /* upper bound for PSP_UCP_SMALL_MSG_LEN */
-#define UCP_TX_WINDOW  64           /* messages per connection handed to UCX at once */
+#define UCP_TX_WINDOW  64           /* ring of messages handed to UCX (one at a time, see ucp_send.c) */
 
 /* ---- requests ----------------------------------------------------------------- */
 
@@ -140,6 +141,8 @@ typedef struct ucp_con {
     unsigned rx_failed : 1;  /* a receive ended with an error */
     unsigned error_reported : 1;
     unsigned prepost_now : 1; /* in the poller's pre-post pass */
+    unsigned self_peer : 1;   /* the peer is our own worker (UCX "self"): a send may
+                               * put a message into our unexpected queue at once */
     int in_core;             /* inside pscom_read_feed/read_done/write_done */
     pscom_list_t dirty_next; /* in ucp_g.dirty: work for the poller */
     pscom_list_t fail_next;  /* in ucp_g.failed: a failure to report */
@@ -175,6 +178,8 @@ typedef struct ucp_global {
     pscom_poller_t poller;
     int armed;                 /* poller removed, sleeping on efd */
     int must_probe;            /* the unexpected queue may hold new messages */
+    unsigned rx_cbs;           /* receive completions seen (recv_cb), see ucp_poll */
+    unsigned busy_polls;       /* passes with progress since the last probe */
     uint64_t idle_since_us;
     unsigned idle_polls;
     unsigned inflight;         /* our UCX requests not completed */
@@ -195,12 +200,42 @@ int ucp_worker_ensure(void); /* lazily (PSP_UCP_FASTINIT=0) */
 void ucp_log_hold(void);
 const char *ucp_log_release(int failed);
 void ucp_worker_fini(void);
-void ucp_wake(void);         /* make sure the poller runs (after posting) */
-void ucp_dirty(ucp_con_t *uc);
+void ucp_sleep_end(void);
+/* make sure the poller runs (after posting) */
+static inline void ucp_wake(void)
+{
+    if (__builtin_expect(ucp_g.armed, 0)) ucp_sleep_end();
+}
+/* the connection has work for the poller */
+static inline void ucp_dirty(ucp_con_t *uc)
+{
+    if (!pscom_list_linked(&uc->dirty_next)) pscom_list_add_tail(&uc->dirty_next, &ucp_g.dirty);
+    ucp_wake();
+}
 void ucp_failed(ucp_con_t *uc);
 uint64_t ucp_con_id_alloc(ucp_con_t *uc);
 void ucp_con_id_free(uint64_t id);
-ucp_con_t *ucp_con_lookup(uint64_t id);
+
+/* connection ids: slot (24 bits) and generation (16 bits) */
+#define UCP_ID_SLOT_BITS 24
+#define UCP_ID_SLOT_MASK ((UINT64_C(1) << UCP_ID_SLOT_BITS) - 1)
+#define UCP_ID_GEN_MASK  UINT64_C(0xffff)
+typedef struct ucp_ids {
+    ucp_con_t **con;
+    uint16_t *gen;
+    uint32_t *free_slots;
+    uint32_t n, cap, nfree;
+} ucp_ids_t;
+extern ucp_ids_t ucp_ids;
+
+/* the connection holding id, or NULL (closed, or never ours) */
+static inline ucp_con_t *ucp_con_lookup(uint64_t id)
+{
+    uint64_t slot = id & UCP_ID_SLOT_MASK;
+    if (slot >= ucp_ids.n || ucp_ids.gen[slot] != ((id >> UCP_ID_SLOT_BITS) & UCP_ID_GEN_MASK))
+        return NULL;
+    return ucp_ids.con[slot];
+}
 /* a request of ours was posted and did not complete at once */
 static inline void ucp_req_track(ucp_req_t *r, ucp_req_type_t type, uint64_t con_id)
 {
@@ -212,7 +247,16 @@ static inline void ucp_req_track(ucp_req_t *r, ucp_req_type_t type, uint64_t con
     r->partial   = NULL;
     ucp_g.inflight++;
 }
-void ucp_req_release(ucp_req_t *r); /* free buf/partial, ucp_request_free */
+/* free buf/partial, ucp_request_free */
+static inline void ucp_req_release(ucp_req_t *r)
+{
+    if (r->buf) free(r->buf);
+    if (r->partial) free(r->partial);
+    r->buf     = NULL;
+    r->partial = NULL;
+    ucp_g.inflight--;
+    ucp_request_free(r);
+}
 
 /* ---- ucp_handshake.c --------------------------------------------------------------- */
 

@@ -153,6 +153,7 @@ static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_
     ucp_con_t *uc = ucp_con_lookup(r->con_id);
     r->completed  = 1;
     r->status     = status;
+    ucp_g.rx_cbs++; /* see ucp_poll */
     if (r->type == UCP_REQ_PREPOST) {
         ucp_g.preposts--;
         if (info) r->len = info->length;

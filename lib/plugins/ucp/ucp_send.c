@@ -42,18 +42,24 @@ void ucp_send_cb(void *request, ucs_status_t status, void *user_data)
     ucp_req_release(r);
 }
 
+static const ucp_request_param_t send_prm = {
+    .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+    .cb.send      = ucp_send_cb,
+};
+static const ucp_request_param_t send_imm_prm = { /* must complete at once */
+    .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+    .cb.send      = ucp_send_cb,
+};
+
 /* One UCX send for ring slot `slot`. heap: a malloc'ed copy of buf the
  * request owns, or NULL. Returns UCS_OK (done or in flight) or an error. */
 static ucs_status_t send_one(ucp_con_t *uc, unsigned slot, const void *buf, size_t len,
-                             unsigned kind, uint32_t flags, char *heap)
+                             unsigned kind, const ucp_request_param_t *prm, char *heap)
 {
-    ucp_request_param_t prm = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | flags,
-        .cb.send      = ucp_send_cb,
-    };
     ucs_status_ptr_t st =
-        ucp_tag_send_nbx(uc->ep, buf, len, ucpt_make(uc->peer_id, kind, uc->tx_seq), &prm);
-    ucp_g.must_probe = 1; /* over "self" the message is already in our own queue */
+        ucp_tag_send_nbx(uc->ep, buf, len, ucpt_make(uc->peer_id, kind, uc->tx_seq), prm);
+    /* over "self" the message is already in our own unexpected queue */
+    if (uc->self_peer) ucp_g.must_probe = 1;
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_SEND, uc->id);
@@ -66,40 +72,37 @@ static ucs_status_t send_one(ucp_con_t *uc, unsigned slot, const void *buf, size
     }
     if (UCS_PTR_STATUS(st) == UCS_OK) {
         uc->tx_seq++;
-        free(heap);
+        if (heap) free(heap);
     }
     return UCS_PTR_STATUS(st);
 }
 
-/* Hand the next queued message to UCX. */
-static ucs_status_t post(ucp_con_t *uc, const struct iovec *head, const struct iovec *data)
+/* Hand the next queued message to UCX, for ring slot `slot`. Returns
+ * UCS_OK (done, or in flight: the slot's pending count) or an error. */
+static ucs_status_t post(ucp_con_t *uc, unsigned slot, const struct iovec *head,
+                         const struct iovec *data)
 {
-    unsigned slot        = (uc->tx_first + uc->tx_count) % UCP_TX_WINDOW;
-    ucp_txent_t *e       = &uc->tx[slot];
-    size_t total         = head->iov_len + data->iov_len;
+    size_t total = head->iov_len + data->iov_len;
     ucs_status_t st;
-    e->retire_len = total;
-    e->pending    = 0;
-    uc->tx_count++;
 
     if (!data->iov_len)
         return send_one(uc, slot, head->iov_base, head->iov_len,
-                        head->iov_len <= UCP_MSG_MAX ? UCPT_MSG : UCPT_HEAD, 0, NULL);
+                        head->iov_len <= UCP_MSG_MAX ? UCPT_MSG : UCPT_HEAD, &send_prm, NULL);
 
     if (total <= ucp_cfg.small_msg_len) {
         memcpy(pack_buf, head->iov_base, head->iov_len);
         memcpy(pack_buf + head->iov_len, data->iov_base, data->iov_len);
-        st = send_one(uc, slot, pack_buf, total, UCPT_MSG, UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL, NULL);
+        st = send_one(uc, slot, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
         if (st != UCS_ERR_NO_RESOURCE) return st;
         char *heap = malloc(total);
         if (!heap) return UCS_ERR_NO_MEMORY;
         memcpy(heap, pack_buf, total);
-        return send_one(uc, slot, heap, total, UCPT_MSG, 0, heap);
+        return send_one(uc, slot, heap, total, UCPT_MSG, &send_prm, heap);
     }
 
-    st = send_one(uc, slot, head->iov_base, head->iov_len, UCPT_HEAD, 0, NULL);
+    st = send_one(uc, slot, head->iov_base, head->iov_len, UCPT_HEAD, &send_prm, NULL);
     if (st != UCS_OK) return st;
-    return send_one(uc, slot, data->iov_base, data->iov_len, UCPT_DATA, 0, NULL);
+    return send_one(uc, slot, data->iov_base, data->iov_len, UCPT_DATA, &send_prm, NULL);
 }
 
 static int write_done(ucp_con_t *uc, size_t len)
@@ -119,26 +122,34 @@ void ucp_tx_progress(ucp_con_t *uc)
     uc->tx_busy = 1;
     do {
         uc->tx_again = 0;
-        for (;;) {
-            /* retire completed messages, in order */
-            while (uc->tx_count && !uc->tx[uc->tx_first].pending) {
-                size_t n     = uc->tx[uc->tx_first].retire_len;
-                uc->tx_first = (uc->tx_first + 1) % UCP_TX_WINDOW;
-                uc->tx_count--;
-                if (write_done(uc, n)) goto out; /* closed */
-            }
-            /* like a socket that is full: nothing new while UCX still
-             * holds a message (queued messages stay cancellable) */
-            if (uc->tx_failed || !uc->ep || uc->tx_count) break;
+        /* retire completed messages, in order */
+        while (uc->tx_count && !uc->tx[uc->tx_first].pending) {
+            size_t n     = uc->tx[uc->tx_first].retire_len;
+            uc->tx_first = (uc->tx_first + 1) % UCP_TX_WINDOW;
+            uc->tx_count--;
+            if (write_done(uc, n)) goto out; /* closed */
+        }
+        /* Like a socket that is full: nothing new while UCX still holds a
+         * message (queued messages stay cancellable). A message that UCX
+         * completes at once is retired at once, without a ring slot. */
+        while (!uc->tx_count && !uc->tx_failed && uc->ep) {
             struct iovec head, data;
-            if (!pscom_write_peek(uc->con, uc->tx_count, &head, &data)) break;
-            ucs_status_t st = post(uc, &head, &data);
+            if (!pscom_write_peek(uc->con, 0, &head, &data)) break;
+            unsigned slot        = uc->tx_first;
+            uc->tx[slot].pending = 0;
+            ucs_status_t st      = post(uc, slot, &head, &data);
+            size_t n             = head.iov_len + data.iov_len;
+            if (uc->tx[slot].pending) { /* in flight: ucp_send_cb, then retired above */
+                uc->tx[slot].retire_len = n;
+                uc->tx_count            = 1;
+            }
             if (st != UCS_OK) {
                 plog_dbg("%s: ucp: send: %s", pscom_con_name(uc->con), ucs_status_string(st));
                 uc->tx_failed = 1;
                 ucp_failed(uc);
                 break;
             }
+            if (!uc->tx_count && write_done(uc, n)) goto out; /* closed */
         }
     } while (uc->tx_again && !uc->closed);
 out:

@@ -26,6 +26,8 @@
 #define UCP_ARM_IDLE_US 500
 /* idle polls between two clock reads */
 #define UCP_IDLE_CLOCK_EVERY 32
+/* passes with progress between two probes that nothing asked for (power of 2) */
+#define UCP_BUSY_PROBE_EVERY 16
 /* bounded wait for endpoint close requests at fini */
 #define UCP_FINI_WAIT_US 2000000
 
@@ -44,81 +46,56 @@ uint64_t ucp_now_us(void)
 
 /* ---- connection ids -------------------------------------------------------- */
 
-#define ID_SLOT_BITS 24
-#define ID_SLOT_MASK ((UINT64_C(1) << ID_SLOT_BITS) - 1)
-#define ID_GEN_MASK  UINT64_C(0xffff)
+#define ID_SLOT_BITS UCP_ID_SLOT_BITS
+#define ID_SLOT_MASK UCP_ID_SLOT_MASK
 
-static struct {
-    ucp_con_t **con;
-    uint16_t *gen;
-    uint32_t *free_slots;
-    uint32_t n, cap, nfree;
-} ids;
+ucp_ids_t ucp_ids;
 
 uint64_t ucp_con_id_alloc(ucp_con_t *uc)
 {
     uint32_t slot;
-    if (ids.nfree) {
-        slot = ids.free_slots[--ids.nfree];
+    if (ucp_ids.nfree) {
+        slot = ucp_ids.free_slots[--ucp_ids.nfree];
     } else {
-        if (ids.n == ids.cap) {
-            uint32_t cap = ids.cap ? ids.cap * 2 : 64;
+        if (ucp_ids.n == ucp_ids.cap) {
+            uint32_t cap = ucp_ids.cap ? ucp_ids.cap * 2 : 64;
             if (cap > ID_SLOT_MASK + 1) return 0;
-            ucp_con_t **c = realloc(ids.con, cap * sizeof(*c));
+            ucp_con_t **c = realloc(ucp_ids.con, cap * sizeof(*c));
             if (!c) return 0;
-            ids.con        = c;
-            uint16_t *g    = realloc(ids.gen, cap * sizeof(*g));
+            ucp_ids.con   = c;
+            uint16_t *g   = realloc(ucp_ids.gen, cap * sizeof(*g));
             if (!g) return 0;
-            ids.gen        = g;
-            uint32_t *f    = realloc(ids.free_slots, cap * sizeof(*f));
+            ucp_ids.gen   = g;
+            uint32_t *f   = realloc(ucp_ids.free_slots, cap * sizeof(*f));
             if (!f) return 0;
-            ids.free_slots = f;
-            memset(ids.gen + ids.cap, 0, (cap - ids.cap) * sizeof(*g));
-            ids.cap = cap;
+            ucp_ids.free_slots = f;
+            memset(ucp_ids.gen + ucp_ids.cap, 0, (cap - ucp_ids.cap) * sizeof(*g));
+            ucp_ids.cap = cap;
         }
-        slot = ids.n++;
+        slot = ucp_ids.n++;
     }
-    ids.gen[slot]++;
-    if (!ids.gen[slot]) ids.gen[slot] = 1; /* never id 0 */
-    ids.con[slot] = uc;
+    ucp_ids.gen[slot]++;
+    if (!ucp_ids.gen[slot]) ucp_ids.gen[slot] = 1; /* never id 0 */
+    ucp_ids.con[slot] = uc;
     ucp_g.ncons++;
-    return (uint64_t)slot | ((uint64_t)ids.gen[slot] << ID_SLOT_BITS);
-}
-
-ucp_con_t *ucp_con_lookup(uint64_t id)
-{
-    uint64_t slot = id & ID_SLOT_MASK;
-    if (slot >= ids.n || ids.gen[slot] != ((id >> ID_SLOT_BITS) & ID_GEN_MASK)) return NULL;
-    return ids.con[slot];
+    return (uint64_t)slot | ((uint64_t)ucp_ids.gen[slot] << ID_SLOT_BITS);
 }
 
 void ucp_con_id_free(uint64_t id)
 {
     if (!id || !ucp_con_lookup(id)) return;
-    uint32_t slot  = (uint32_t)(id & ID_SLOT_MASK);
-    ids.con[slot]  = NULL;
-    ids.free_slots[ids.nfree++] = slot;
+    uint32_t slot     = (uint32_t)(id & ID_SLOT_MASK);
+    ucp_ids.con[slot] = NULL;
+    ucp_ids.free_slots[ucp_ids.nfree++] = slot;
     ucp_g.ncons--;
 }
 
 static void ids_fini(void)
 {
-    free(ids.con);
-    free(ids.gen);
-    free(ids.free_slots);
-    memset(&ids, 0, sizeof(ids));
-}
-
-/* ---- requests ------------------------------------------------------------------ */
-
-void ucp_req_release(ucp_req_t *r)
-{
-    free(r->buf);
-    free(r->partial);
-    r->buf     = NULL;
-    r->partial = NULL;
-    ucp_g.inflight--;
-    ucp_request_free(r);
+    free(ucp_ids.con);
+    free(ucp_ids.gen);
+    free(ucp_ids.free_slots);
+    memset(&ucp_ids, 0, sizeof(ucp_ids));
 }
 
 /* ---- work lists ------------------------------------------------------------------ */
@@ -134,22 +111,11 @@ static int sleep_begin(void)
     return 0;
 }
 
-static void sleep_end(void)
+void ucp_sleep_end(void)
 {
     ucp_g.armed = 0;
     pscom_ufd_del(&ucp_g.efd);
     pscom_poller_add(&ucp_g.poller);
-}
-
-void ucp_wake(void)
-{
-    if (ucp_g.armed) sleep_end();
-}
-
-void ucp_dirty(ucp_con_t *uc)
-{
-    if (!pscom_list_linked(&uc->dirty_next)) pscom_list_add_tail(&uc->dirty_next, &ucp_g.dirty);
-    ucp_wake();
 }
 
 void ucp_failed(ucp_con_t *uc)
@@ -167,8 +133,9 @@ static int run_dirty(void)
         progress = 1;
         if (uc->closed) continue;
         ucp_rx_pump(uc);
-        if (uc->closed) continue;
-        ucp_tx_progress(uc);
+        /* the send side needs us only while UCX holds a message of it
+         * (ucp_write_start hands over the rest) */
+        if (uc->tx_count && !uc->closed) ucp_tx_progress(uc);
     }
     return progress;
 }
@@ -207,11 +174,17 @@ static int ucp_poll(pscom_poller_t *poller)
     if (!pscom_list_empty(&ucp_g.prepost)) ucp_rx_preposts();
 
     /* Messages reach the unexpected queue only inside UCX progress: look
-     * there only after progress did something (or someone else progressed
-     * the worker, or the probe loop stopped at PSP_UCP_MAX_RECV). */
-    if (ucp_worker_progress(ucp_g.worker)) {
-        progress         = 1;
-        ucp_g.must_probe = 1;
+     * there only after progress did more than complete our receives (an
+     * event that completed none may have queued a message; the count is
+     * UCX's, one per message or fragment arrived), now and then anyway, or
+     * when someone else progressed the worker, the probe loop stopped at
+     * PSP_UCP_MAX_RECV, or we sent to ourselves. */
+    unsigned cbs = ucp_g.rx_cbs;
+    unsigned n   = ucp_worker_progress(ucp_g.worker);
+    if (n) {
+        progress = 1;
+        if (n > ucp_g.rx_cbs - cbs || !(++ucp_g.busy_polls & (UCP_BUSY_PROBE_EVERY - 1)))
+            ucp_g.must_probe = 1;
     }
     if (!pscom_list_empty(&ucp_g.dirty)) progress |= run_dirty();
 
@@ -276,7 +249,7 @@ static int ucp_poll(pscom_poller_t *poller)
 static void efd_handler(pscom_ufd_t *ufd, uint32_t revents)
 {
     ucp_g.must_probe = 1;
-    if (ucp_g.armed) sleep_end();
+    if (ucp_g.armed) ucp_sleep_end();
     ucp_poll(&ucp_g.poller);
 }
 
