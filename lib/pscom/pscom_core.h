@@ -45,8 +45,15 @@ static inline void pscom_lock(void)
     if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
 }
 
+/* Run the queued io_done callbacks (lock held; they run without it). */
+void pscom_req_run_io_done(void);
+
 /* Release the lock and run the queued io_done callbacks (without the lock). */
-void pscom_unlock(void);
+static inline void pscom_unlock(void)
+{
+    if (pscom_unlikely(!pscom_list_empty(&pscom.io_doneq))) pscom_req_run_io_done();
+    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+}
 
 /* Make sure pscom_init() ran (for API calls made before it, e.g. by tools). */
 void pscom_ensure_init(void);

@@ -21,11 +21,6 @@ pscom_global_t pscom = {
     .lock             = PTHREAD_MUTEX_INITIALIZER,
 };
 
-void pscom_unlock(void)
-{
-    if (!pscom_list_empty(&pscom.io_doneq)) pscom_req_run_io_done();
-    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
-}
 
 static void cleanup(void)
 {

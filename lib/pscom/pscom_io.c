@@ -18,6 +18,7 @@
 #include "pscom_req.h"
 #include "pscom_rma.h"
 #include "pscom_rndv.h"
+#include "pscom_util.h"
 #include "pscom_wire.h"
 
 /* ---- receive ------------------------------------------------------------ */
@@ -110,7 +111,7 @@ static void store_data(pscom_con_in_t *in, const char *src, size_t n)
     size_t sl = store_len(in);
     if (in->data_done < sl) {
         size_t c = sl - in->data_done < n ? sl - in->data_done : n;
-        memcpy((char *)in->req->pub.data + in->data_done, src, c);
+        pscom_memcpy_small((char *)in->req->pub.data + in->data_done, src, c);
     }
     in->data_done += n;
     if (in->req) in->req->data_done = in->data_done;

@@ -207,10 +207,14 @@ static int run_timers(int *timeout_ms)
     return ran;
 }
 
-static int poll_transports(void)
+static inline int poll_transports(void)
 {
     int progress = 0;
     pscom_list_t *pos, *tmp;
+    if (pscom_likely(pollers_active == 1)) { /* the usual case: one polled transport */
+        pscom_poller_t *p = pscom_list_entry(pollers.next, pscom_poller_t, next);
+        return p->poll(p);
+    }
     pscom_list_for_each_safe(pos, tmp, &pollers) {
         pscom_poller_t *p = pscom_list_entry(pos, pscom_poller_t, next);
         progress |= p->poll(p);
@@ -218,28 +222,11 @@ static int poll_transports(void)
     return progress;
 }
 
-int pscom_progress(int timeout_ms)
+/* The fd part of a pass (out of line: its event array would make every
+ * busy-polling pass pay for a large stack frame). */
+static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
 {
     struct epoll_event evs[MAX_EVENTS];
-    int progress = 0;
-
-    static unsigned skipped;
-
-    /* not while another thread sleeps in epoll_wait: it may return events
-     * whose handler objects are on the deferred list */
-    if (pscom_unlikely(deferred_head != NULL) && !sleepers) free_deferred();
-    pscom.stats.progress_passes++;
-    if (pscom_unlikely(!pscom_list_empty(&timers))) progress = run_timers(&timeout_ms);
-    if (pollers_active) {
-        progress |= poll_transports();
-        if (progress) pscom.progress_counter++; /* not idle: no nap in pscom_wait_until */
-        if (progress) timeout_ms = 0;
-        if (!timeout_ms && ++skipped < (hot_fds ? FD_POLL_EVERY : FD_POLL_EVERY_QUIET))
-            return progress;
-        skipped = 0;
-    }
-    if (epfd < 0) return progress;
-
     int n;
     if (timeout_ms && pscom.threaded) {
         sleepers++;
@@ -264,6 +251,50 @@ int pscom_progress(int timeout_ms)
     return progress || n > 0;
 }
 
+/* passes since the fd set was looked at */
+static unsigned skipped;
+
+static __attribute__((noinline)) int progress_full(int timeout_ms)
+{
+    int progress = 0;
+
+    /* not while another thread sleeps in epoll_wait: it may return events
+     * whose handler objects are on the deferred list */
+    if (pscom_unlikely(deferred_head != NULL) && !sleepers) free_deferred();
+    pscom.stats.progress_passes++;
+    if (pscom_unlikely(!pscom_list_empty(&timers))) progress = run_timers(&timeout_ms);
+    if (pollers_active) {
+        progress |= poll_transports();
+        if (progress) {
+            pscom.progress_counter++; /* not idle: no nap in pscom_wait_until */
+            timeout_ms = 0;
+        }
+        if (!timeout_ms && ++skipped < (hot_fds ? FD_POLL_EVERY : FD_POLL_EVERY_QUIET))
+            return progress;
+        skipped = 0;
+    }
+    if (epfd < 0) return progress;
+    return poll_fds(timeout_ms, progress);
+}
+
+int pscom_progress(int timeout_ms)
+{
+    /* the busy-polling pass, kept short: what progress_full does when
+     * there are no timers and nothing to free */
+    if (pscom_likely(!timeout_ms && pollers_active && !deferred_head &&
+                     pscom_list_empty(&timers))) {
+        pscom.stats.progress_passes++;
+        int progress = poll_transports();
+        if (progress) pscom.progress_counter++; /* not idle: no nap in pscom_wait_until */
+        if (pscom_likely(++skipped < (hot_fds ? FD_POLL_EVERY : FD_POLL_EVERY_QUIET)))
+            return progress;
+        skipped = 0;
+        if (epfd < 0) return progress;
+        return poll_fds(0, progress);
+    }
+    return progress_full(timeout_ms);
+}
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -284,7 +315,8 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
             idle_passes = 0;
             continue;
         }
-        if (done(arg)) break;
+        /* nothing progressed, so done(arg) did not change (what completes
+         * a request bumps the counter; the lock is held) */
         /* the clock costs as much as a pass: look at it every few passes */
         if (++idle_passes & (CLOCK_EVERY - 1)) {
             if (pscom_config.sched_yield) {

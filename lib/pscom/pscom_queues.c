@@ -19,6 +19,7 @@
 #include "pscom_req.h"
 #include "pscom_rndv.h"
 #include "pscom_sock.h"
+#include "pscom_util.h"
 #include "pscom_wire.h"
 
 static int accepts(pscom_req_t *req, pscom_con_t *con, pscom_header_net_t *hn)
@@ -159,7 +160,8 @@ pscom_req_t *pscom_match_incoming(pscom_con_t *con, pscom_header_net_t *hn,
         }
     }
 matched:
-    memcpy(&req->pub.header, hn, sizeof(pscom_header_net_t) + xheader_copy_len(req, xlen));
+    memcpy(&req->pub.header, hn, sizeof(pscom_header_net_t));
+    pscom_memcpy_small(&req->pub.xheader, hn + 1, xheader_copy_len(req, xlen));
     req->pub.connection = &con->pub;
     req->pub.socket     = &sock->pub;
     req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;

@@ -330,6 +330,13 @@ static int data_early(ucp_con_t *uc)
  * Returns 1 when posted (pending) or the connection stopped reading, 0
  * when a message was delivered at once (the caller looks again).
  */
+static ucp_tag_recv_info_t prepost_info; /* filled if UCX completes at once (unused) */
+static const ucp_request_param_t prepost_prm = {
+    .op_attr_mask       = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_RECV_INFO,
+    .cb.recv            = recv_cb,
+    .recv_info.tag_info = &prepost_info,
+};
+
 static int rx_prepost(ucp_con_t *uc)
 {
     if (uc->rx_req || uc->rx_data_len || uc->rx_failed || uc->closed || !uc->started ||
@@ -340,14 +347,9 @@ static int rx_prepost(ucp_con_t *uc)
         if (!uc->rxbuf) return 1; /* then MSGs are probed */
         uc->rxbuf_cap = RXBUF_MIN;
     }
-    ucp_tag_recv_info_t info = {.length = 0};
-    ucp_request_param_t prm = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_RECV_INFO,
-        .cb.recv      = recv_cb,
-        .recv_info.tag_info = &info,
-    };
     ucs_status_ptr_t st = ucp_tag_recv_nbx(ucp_g.worker, uc->rxbuf, UCP_MSG_MAX,
-                                           ucpt_make(uc->id, UCPT_MSG, uc->rx_seq), UINT64_MAX, &prm);
+                                           ucpt_make(uc->id, UCPT_MSG, uc->rx_seq), UINT64_MAX,
+                                           &prepost_prm);
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_PREPOST, uc->id);

@@ -166,25 +166,24 @@ static inline void ucp_cpu_relax(void)
 
 static int in_poll;
 
-static int ucp_poll(pscom_poller_t *poller)
+static inline int poll_idle(void);
+static int poll_idle_clock(void);
+
+/* The part of a pass after ucp_worker_progress() reported n events, cbs of
+ * them completions of our receives, or when there is work anyway. */
+static __attribute__((noinline)) int poll_work(unsigned n, unsigned cbs)
 {
     int progress = 0;
-    if (in_poll) return 0;
-    in_poll = 1;
-    if (!pscom_list_empty(&ucp_g.prepost)) ucp_rx_preposts();
-
+    in_poll      = 1;
     /* Messages reach the unexpected queue only inside UCX progress: look
      * there only after progress did more than complete our receives (an
      * event that completed none may have queued a message; the count is
      * UCX's, one per message or fragment arrived), now and then anyway, or
      * when someone else progressed the worker, the probe loop stopped at
      * PSP_UCP_MAX_RECV, or we sent to ourselves. */
-    unsigned cbs = ucp_g.rx_cbs;
-    unsigned n   = ucp_worker_progress(ucp_g.worker);
     if (n) {
         progress = 1;
-        if (n > ucp_g.rx_cbs - cbs || !(++ucp_g.busy_polls & (UCP_BUSY_PROBE_EVERY - 1)))
-            ucp_g.must_probe = 1;
+        if (n > cbs || !(++ucp_g.busy_polls & (UCP_BUSY_PROBE_EVERY - 1))) ucp_g.must_probe = 1;
     }
     if (!pscom_list_empty(&ucp_g.dirty)) progress |= run_dirty();
 
@@ -214,22 +213,44 @@ static int ucp_poll(pscom_poller_t *poller)
         ucp_g.idle_since_us = 0;
         return 1;
     }
-    /* idle. The core's busy wait leaves the pause between passes to the
-     * pollers: it keeps this core from flooding the one that writes the
-     * line we poll (8 B ping-pong over posix: 0.29 instead of 0.32 us). */
+    return poll_idle();
+}
+
+/* Nothing happened in this pass. */
+static inline int poll_idle(void)
+{
+    /* The core's busy wait leaves the pause between passes to the pollers:
+     * it keeps this core from flooding the one that writes the line we
+     * poll (8 B ping-pong over posix: 0.29 instead of 0.32 us). */
     ucp_cpu_relax();
-    /* arm the worker and leave once nothing of ours is in flight */
-    if (ucp_g.inflight > ucp_g.preposts || ucp_g.rx_inflight) {
-        if (++ucp_g.idle_polls >= UCP_IDLE_CLOCK_EVERY) {
-            ucp_g.idle_polls = 0;
-            ucp_g.must_probe = 1;
-        }
-        return 0;
+    if (pscom_likely(++ucp_g.idle_polls < UCP_IDLE_CLOCK_EVERY)) return 0;
+    return poll_idle_clock();
+}
+
+static int ucp_poll(pscom_poller_t *poller)
+{
+    if (in_poll) return 0;
+    if (!pscom_list_empty(&ucp_g.prepost)) {
+        in_poll = 1;
+        ucp_rx_preposts();
+        in_poll = 0;
     }
-    if (++ucp_g.idle_polls < UCP_IDLE_CLOCK_EVERY) return 0;
+    unsigned cbs = ucp_g.rx_cbs;
+    unsigned n   = ucp_worker_progress(ucp_g.worker);
+    if (n || ucp_g.must_probe || !pscom_list_empty(&ucp_g.dirty) ||
+        !pscom_list_empty(&ucp_g.failed))
+        return poll_work(n, ucp_g.rx_cbs - cbs);
+    return poll_idle();
+}
+
+/* Every UCP_IDLE_CLOCK_EVERY idle passes: probe anyway (cheap, and
+ * robust); arm the worker and leave once nothing of ours is in flight. */
+static __attribute__((noinline)) int poll_idle_clock(void)
+{
     ucp_g.idle_polls = 0;
-    ucp_g.must_probe = 1; /* now and then anyway: cheap, and robust */
-    uint64_t now     = ucp_now_us();
+    ucp_g.must_probe = 1;
+    if (ucp_g.inflight > ucp_g.preposts || ucp_g.rx_inflight) return 0;
+    uint64_t now = ucp_now_us();
     if (!ucp_g.idle_since_us) {
         ucp_g.idle_since_us = now;
         return 0;
