@@ -114,7 +114,7 @@ static const pscom_env_entry_t shm_env[] = {
      "use cross-memory attach (process_vm_readv) for large messages; 0: always the "
      "pipelined copy through the ring",
      &shm_config.cma, PSCOM_ENV_UINT, 0},
-    {"RING_SIZE", "1048576",
+    {"RING_SIZE", "2097152",
      "bytes of each receive ring (power of two, 16 KiB .. 1 GiB) while PSP_SHM_RING_BUDGET "
      "lasts; a ring holds one per connection and direction",
      &shm_config.ring_size, PSCOM_ENV_UINT, 0},
@@ -473,7 +473,7 @@ static int shm_send_rndv(shm_con_t *sc)
  * (two copies, pipelined, both CPUs copying) or the single copy. Which one
  * is faster depends on where the two CPUs sit: measured on 2 vCPUs whose
  * cache-line ping-pong flips between 0.05 and 0.2 us as the host moves
- * them, 1 MiB through a 1 MiB ring 28-30 vs 17-20 GB/s by single copy in
+ * them, 1 MiB through a 1-2 MiB ring 28-30 vs 17-20 GB/s by single copy in
  * the fast state, 2.2-2.4 vs 6.5 GB/s in the slow one. So the receiver
  * times the large messages that arrive either way (shm_time_*), keeps an
  * average per way, and tells the sender its choice in its segment header;
