@@ -77,7 +77,7 @@ uint64_t ucp_con_id_alloc(ucp_con_t *uc)
     ucp_ids.gen[slot]++;
     if (!ucp_ids.gen[slot]) ucp_ids.gen[slot] = 1; /* never id 0 */
     ucp_ids.con[slot] = uc;
-    ucp_g.ncons++;
+    if (!ucp_g.ncons++) ucp_wake(); /* the worker sleeps on a quiet fd: poll it again */
     return (uint64_t)slot | ((uint64_t)ucp_ids.gen[slot] << ID_SLOT_BITS);
 }
 
@@ -105,6 +105,9 @@ static void ids_fini(void)
  * nested in the core's would cost a little on every look at the fd set. */
 static int sleep_begin(void)
 {
+    /* without connections nothing but a stray event can come: a quiet fd
+     * keeps the fd set out of other transports' busy-polling passes */
+    ucp_g.efd.quiet = ucp_g.ncons == 0;
     if (pscom_ufd_add(&ucp_g.efd) < 0) return -1;
     ucp_g.armed = 1;
     pscom_poller_del(&ucp_g.poller);
