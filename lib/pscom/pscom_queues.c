@@ -254,7 +254,13 @@ void pscom_recv_post(pscom_req_t *req)
     pscom_request_t *r = &req->pub;
     int socket_given   = r->socket != NULL;
 
-    pscom_req_t *gen = pscom_unexpected_find(r);
+    pscom_req_t *gen;
+    if (r->connection) { /* pscom_unexpected_find(), without a call when there is none */
+        pscom_con_t *con = pscom_con_from_pub(r->connection);
+        gen = pscom_list_empty(&con->genrecvq) ? NULL : find_unexpected_in(&con->genrecvq, 0, r);
+    } else {
+        gen = pscom_unexpected_find(r);
+    }
     if (gen) {
         merge(req, gen);
         return;
