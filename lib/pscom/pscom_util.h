@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "pscom_copy.h"
 #include "pscom_types.h"
 
 /* Parsed endpoint string "host:port[@name]" (spec 5.8). */
@@ -43,39 +44,5 @@ static inline uint64_t pscom_time_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-/* memcpy for the few bytes of small messages (header, xheader, data):
- * up to 32 bytes without a call into libc */
-static inline void pscom_memcpy_small(void *dst, const void *src, size_t n)
-{
-    char *d       = dst;
-    const char *s = src;
-    if (n > 32) {
-        memcpy(d, s, n);
-    } else if (n > 16) {
-        uint64_t a, b, c, e;
-        memcpy(&a, s, 8);
-        memcpy(&b, s + 8, 8);
-        memcpy(&c, s + n - 16, 8);
-        memcpy(&e, s + n - 8, 8);
-        memcpy(d, &a, 8);
-        memcpy(d + 8, &b, 8);
-        memcpy(d + n - 16, &c, 8);
-        memcpy(d + n - 8, &e, 8);
-    } else if (n >= 8) {
-        uint64_t a, b;
-        memcpy(&a, s, 8);
-        memcpy(&b, s + n - 8, 8);
-        memcpy(d, &a, 8);
-        memcpy(d + n - 8, &b, 8);
-    } else if (n >= 4) {
-        uint32_t a, b;
-        memcpy(&a, s, 4);
-        memcpy(&b, s + n - 4, 4);
-        memcpy(d, &a, 4);
-        memcpy(d + n - 4, &b, 4);
-    } else {
-        for (size_t i = 0; i < n; i++) d[i] = s[i];
-    }
-}
 
 #endif /* PSCOM_UTIL_H */

@@ -63,6 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pscom_copy.h"
 #include "pscom_plugin.h"
 #include "shm_cma.h"
 #include "shm_ring.h"
@@ -631,8 +632,8 @@ static int shm_write(shm_con_t *sc)
             goto full;
         }
         char *dst = shm_pkt_payload(pkt);
-        if (hl) memcpy(dst, (const char *)sc->cur_head.iov_base + off, hl);
-        if (n > hl) memcpy(dst + hl + gap, src, n - hl);
+        if (hl) pscom_memcpy_small(dst, (const char *)sc->cur_head.iov_base + off, hl);
+        if (n > hl) pscom_memcpy_small(dst + hl + gap, src, n - hl);
         shm_ring_publish(&sc->tx, pkt, (uint32_t)(n + gap), SHM_PKT_DATA, (uint32_t)hl, gap);
         progress = 1;
 

@@ -129,6 +129,11 @@ static inline shm_pkt_t *shm_ring_reserve(shm_ring_tx_t *tx, uint32_t len)
         atomic_store_explicit(&w->stamp, tx->pos + 1, memory_order_release);
         tx->pos += skip;
     }
+    /* zero the following stamp now, not between the stores of the packet:
+     * the consumer polls the packet's line, and each of its reads in the
+     * middle of our stores costs another transfer of the line */
+    shm_pkt_t *nxt = (shm_pkt_t *)(tx->ring + ((tx->pos + size) & tx->mask));
+    atomic_store_explicit(&nxt->stamp, 0, memory_order_relaxed);
     return (shm_pkt_t *)(tx->ring + (tx->pos & tx->mask));
 }
 
@@ -137,13 +142,10 @@ static inline shm_pkt_t *shm_ring_reserve(shm_ring_tx_t *tx, uint32_t len)
 static inline void shm_ring_publish(shm_ring_tx_t *tx, shm_pkt_t *pkt, uint32_t len,
                                     unsigned type, uint32_t head_len, uint32_t gap)
 {
-    uint64_t size  = shm_pkt_size(len);
-    shm_pkt_t *nxt = (shm_pkt_t *)(tx->ring + ((tx->pos + size) & tx->mask));
-    atomic_store_explicit(&nxt->stamp, 0, memory_order_relaxed);
     pkt->len  = len;
     pkt->info = (uint32_t)type << 24 | gap << SHM_PKT_GAP_SHIFT | head_len;
     atomic_store_explicit(&pkt->stamp, tx->pos + 1, memory_order_release);
-    tx->pos += size;
+    tx->pos += shm_pkt_size(len);
 }
 
 /* ---- consumer ------------------------------------------------------------ */
