@@ -23,7 +23,7 @@
  * Stale bytes: the header position of the next packet may hold payload of
  * the previous lap, which could by chance equal the expected stamp. The
  * producer therefore zeroes the stamp of the following header position
- * before it publishes a packet (it needs that line next anyway); the
+ * when it reserves a packet (it needs that line next anyway); the
  * consumer thus only ever sees 0 or a valid stamp at its position.
  *
  * Free space: the consumer stores its position into `consumed` after each
