@@ -21,35 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pscom_copy.h"
 #include "ucp_priv.h"
 
 static char pack_buf[UCP_SMALL_MAX]; /* one packed message at a time (pscom lock) */
-
-/* memcpy of the few bytes of a small message: up to 32 without a call */
-static inline void copy_small(char *d, const char *s, size_t n)
-{
-    if (n > 32) {
-        memcpy(d, s, n);
-    } else if (n > 16) {
-        uint64_t a, b, c, e;
-        memcpy(&a, s, 8);
-        memcpy(&b, s + 8, 8);
-        memcpy(&c, s + n - 16, 8);
-        memcpy(&e, s + n - 8, 8);
-        memcpy(d, &a, 8);
-        memcpy(d + 8, &b, 8);
-        memcpy(d + n - 16, &c, 8);
-        memcpy(d + n - 8, &e, 8);
-    } else if (n >= 8) {
-        uint64_t a, b;
-        memcpy(&a, s, 8);
-        memcpy(&b, s + n - 8, 8);
-        memcpy(d, &a, 8);
-        memcpy(d + n - 8, &b, 8);
-    } else {
-        for (size_t i = 0; i < n; i++) d[i] = s[i];
-    }
-}
 
 void ucp_send_cb(void *request, ucs_status_t status, void *user_data)
 {
@@ -116,8 +91,8 @@ static ucs_status_t post(ucp_con_t *uc, unsigned slot, const struct iovec *head,
                         head->iov_len <= UCP_MSG_MAX ? UCPT_MSG : UCPT_HEAD, &send_prm, NULL);
 
     if (total <= ucp_cfg.small_msg_len) {
-        copy_small(pack_buf, head->iov_base, head->iov_len);
-        copy_small(pack_buf + head->iov_len, data->iov_base, data->iov_len);
+        pscom_memcpy_small(pack_buf, head->iov_base, head->iov_len);
+        pscom_memcpy_small(pack_buf + head->iov_len, data->iov_base, data->iov_len);
         st = send_one(uc, slot, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
         if (st != UCS_ERR_NO_RESOURCE) return st;
         char *heap = malloc(total);
