@@ -123,9 +123,9 @@ static const pscom_env_entry_t shm_env[] = {
      "bytes of receive rings a process keeps at most; connections beyond it get rings of "
      "128 KiB (or PSP_SHM_RING_SIZE if smaller)",
      &shm_config.ring_budget, PSCOM_ENV_UINT, 0},
-    {"CHUNK", "32768",
+    {"CHUNK", "65536",
      "largest packet in the ring in bytes; larger messages are pipelined in "
-     "packets of this size (at most ring size / 2)",
+     "packets of this size (at most a quarter of the ring)",
      &shm_config.chunk, PSCOM_ENV_UINT, 0},
     {"COPY_BUDGET", "524288",
      "single copy: bytes copied per connection and progress pass, twice that while "
@@ -990,8 +990,11 @@ static int shm_con_start(pscom_con_t *con, int *fd)
     sc->tx.mask       = th->ring_size - 1;
     sc->tx.pos        = 0;
     sc->tx.seen       = 0;
-    uint32_t maxp     = shm_ring_max_payload(th->ring_size) - SHM_PKT_GAP_MAX; /* room for a gap */
-    sc->chunk         = shm_config.chunk < maxp ? shm_config.chunk : maxp;
+    /* at least four packets in flight (a 128 KiB ring: 32 KiB packets) */
+    uint64_t maxp     = th->ring_size / 4;
+    uint64_t fit      = shm_ring_max_payload(th->ring_size) - SHM_PKT_GAP_MAX; /* room for a gap */
+    if (maxp > fit) maxp = fit;
+    sc->chunk         = shm_config.chunk < maxp ? shm_config.chunk : (uint32_t)maxp;
 
     sc->ufd.fd      = *fd;
     sc->ufd.events  = EPOLLIN;
