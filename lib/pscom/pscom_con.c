@@ -281,12 +281,6 @@ void pscom_con_send_ctrl(pscom_con_t *con, pscom_req_t *req)
     pscom_con_queue_send(con, req);
 }
 
-int pscom_con_writable(const pscom_con_t *con)
-{
-    return !con->eof_queued && !con->transport_closed && !con->connect_failed &&
-           (con->transport || con->precon);
-}
-
 void pscom_con_post_send(pscom_con_t *con, pscom_req_t *req, uint8_t msg_type)
 {
     pscom_request_t *r = &req->pub;

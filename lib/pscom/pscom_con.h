@@ -98,8 +98,12 @@ void pscom_ctrl_free(pscom_req_t *req);
  * cannot send any more). */
 void pscom_con_send_ctrl(pscom_con_t *con, pscom_req_t *req);
 
-/* Can the connection take new sends? */
-int pscom_con_writable(const pscom_con_t *con);
+/* Can the connection take new sends? (inline: on every send's path) */
+static inline int pscom_con_writable(const pscom_con_t *con)
+{
+    return !con->eof_queued && !con->transport_closed && !con->connect_failed &&
+           (con->transport || con->precon);
+}
 /* Queue a posted request (state set) as a message of msg_type; fails it
  * with ERROR if the connection cannot send or the request is malformed. */
 void pscom_con_post_send(pscom_con_t *con, pscom_req_t *req, uint8_t msg_type);

@@ -304,6 +304,7 @@ int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len)
         buf += used;
         len -= used;
         if (message_check_done(con, type)) return 1;
+        if (!len) return 0; /* the usual case: one whole message */
     }
     while (len) {
         char *dst;

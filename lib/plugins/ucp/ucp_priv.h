@@ -179,6 +179,9 @@ typedef struct ucp_global {
     int armed;                 /* poller removed, sleeping on efd */
     int must_probe;            /* the unexpected queue may hold new messages */
     unsigned rx_cbs;           /* receive completions seen (recv_cb), see ucp_poll */
+    int in_poll_progress;      /* inside the poller's ucp_worker_progress() */
+    struct ucp_con *rx_fast;   /* its pre-posted receive completed there (ucp_rx_fast) */
+    struct ucp_req *rx_fast_done; /* ... whose request is released in the next pass */
     unsigned busy_polls;       /* passes with progress since the last probe */
     uint64_t idle_since_us;
     unsigned idle_polls;
@@ -291,6 +294,9 @@ void ucp_send_cb(void *request, ucs_status_t status, void *user_data);
 void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
 /* handle completions and stashed messages of a connection */
 void ucp_rx_pump(ucp_con_t *uc);
+/* the pre-posted receive of uc completed inside the poller's progress:
+ * deliver it without the dirty list (else hand it to ucp_rx_pump) */
+void ucp_rx_fast(ucp_con_t *uc);
 /* post the receives for the next MSG of idle connections (ucp_recv.c) */
 void ucp_rx_preposts(void);
 /* close: before the endpoint is closed, drop stashed messages and cancel

@@ -157,6 +157,12 @@ static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_
     if (r->type == UCP_REQ_PREPOST) {
         ucp_g.preposts--;
         if (info) r->len = info->length;
+        /* the usual small message: ucp_poll delivers it right after progress */
+        if (ucp_g.in_poll_progress && !ucp_g.rx_fast && status == UCS_OK && uc &&
+            uc->rx_req == r && !uc->closed) {
+            ucp_g.rx_fast = uc;
+            return;
+        }
     } else if (status == UCS_OK && info && info->length != r->len) { /* DATA received by tag */
         r->status = UCS_ERR_MESSAGE_TRUNCATED;
     }
@@ -168,7 +174,7 @@ static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_
 }
 
 /* A complete MSG/HEAD is in buf. Returns 1 if the connection stopped reading. */
-static int deliver(ucp_con_t *uc, const char *buf, size_t len, unsigned kind)
+static inline int deliver(ucp_con_t *uc, const char *buf, size_t len, unsigned kind)
 {
     size_t xlen, dlen;
     if (len < 8) goto bad;
@@ -372,6 +378,40 @@ static int rx_prepost(ucp_con_t *uc)
     pscom_wire_header_get(uc->rxbuf, &xlen, &dlen);
     uc->rx_seq++;
     return deliver(uc, uc->rxbuf, dlen > UCP_MSG_MAX ? SIZE_MAX : 8 + xlen + dlen, UCPT_MSG);
+}
+
+void ucp_rx_fast(ucp_con_t *uc)
+{
+    ucp_req_t *r = uc->rx_req;
+    if (uc->rx_busy || uc->closed || uc->rx_failed || !r || !r->completed ||
+        r->type != UCP_REQ_PREPOST || r->status != UCS_OK) {
+        ucp_dirty(uc);
+        return;
+    }
+    /* what ucp_rx_pump does for it, the request released after delivery */
+    uc->rx_req = NULL;
+    uc->rx_seq++;
+    char *buf = r->buf;
+    r->buf    = NULL;
+    uc->rx_busy = 1;
+    int stopped = deliver(uc, buf, r->len, UCPT_MSG);
+    uc->rx_busy = 0;
+    /* the request is released at the start of the next pass: not before
+     * the application sees its message */
+    if (ucp_g.rx_fast_done) ucp_req_release(ucp_g.rx_fast_done);
+    ucp_g.rx_fast_done = r;
+    if (!stopped && !uc->rxbuf) { /* keep it as the receive buffer */
+        uc->rxbuf     = buf;
+        uc->rxbuf_cap = RXBUF_MIN;
+    } else {
+        free(buf);
+    }
+    if (stopped || uc->rx_req || !uc->started) return;
+    if (pscom_list_empty(&uc->stash)) { /* pre-post at the start of the next pass */
+        if (!pscom_list_linked(&uc->prepost_next)) pscom_list_add_tail(&uc->prepost_next, &ucp_g.prepost);
+    } else {
+        ucp_dirty(uc);
+    }
 }
 
 /* Idle connections post their receive at the start of the poller's next

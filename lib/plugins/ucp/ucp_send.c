@@ -54,7 +54,7 @@ static const ucp_request_param_t send_imm_prm = { /* must complete at once */
 
 /* One UCX send for ring slot `slot`. heap: a malloc'ed copy of buf the
  * request owns, or NULL. Returns UCS_OK (done or in flight) or an error. */
-static ucs_status_t send_one(ucp_con_t *uc, unsigned slot, const void *buf, size_t len,
+static inline ucs_status_t send_one(ucp_con_t *uc, unsigned slot, const void *buf, size_t len,
                              unsigned kind, const ucp_request_param_t *prm, char *heap)
 {
     ucs_status_ptr_t st =
@@ -161,5 +161,29 @@ void ucp_write_start(pscom_con_t *con)
 {
     ucp_con_t *uc = pscom_con_plugin_priv(con);
     if (uc->closed) return;
+    /* The usual case first, with as little as possible before the send:
+     * nothing in flight, a small message that UCX takes at once. Anything
+     * else (and what is queued behind it) goes the general way. */
+    if (!uc->tx_busy && !uc->tx_count && !uc->tx_failed && uc->ep) {
+        struct iovec head, data;
+        if (!pscom_write_peek(con, 0, &head, &data)) return;
+        size_t total = head.iov_len + data.iov_len;
+        if (data.iov_len && total <= ucp_cfg.small_msg_len) {
+            copy_small(pack_buf, head.iov_base, head.iov_len);
+            copy_small(pack_buf + head.iov_len, data.iov_base, data.iov_len);
+            unsigned slot        = uc->tx_first;
+            uc->tx[slot].pending = 0;
+            ucs_status_t st = send_one(uc, slot, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
+            if (uc->tx[slot].pending) { /* in flight after all: retired by tx_progress */
+                uc->tx[slot].retire_len = total;
+                uc->tx_count            = 1;
+            } else if (st == UCS_OK) {
+                uc->tx_busy = 1;
+                int closed  = write_done(uc, total);
+                uc->tx_busy = 0;
+                if (closed) return;
+            } /* else not sent (UCX out of resources, or an error): tx_progress sends it */
+        }
+    }
     ucp_tx_progress(uc);
 }

@@ -233,13 +233,36 @@ static inline int poll_idle(void)
 static int ucp_poll(pscom_poller_t *poller)
 {
     if (in_poll) return 0;
+    if (ucp_g.rx_fast_done) { /* see ucp_rx_fast */
+        ucp_req_release(ucp_g.rx_fast_done);
+        ucp_g.rx_fast_done = NULL;
+    }
     if (!pscom_list_empty(&ucp_g.prepost)) {
         in_poll = 1;
         ucp_rx_preposts();
         in_poll = 0;
     }
     unsigned cbs = ucp_g.rx_cbs;
-    unsigned n   = ucp_worker_progress(ucp_g.worker);
+    ucp_g.in_poll_progress = 1;
+    unsigned n             = ucp_worker_progress(ucp_g.worker);
+    ucp_g.in_poll_progress = 0;
+    if (ucp_g.rx_fast) { /* a pre-posted receive completed: deliver it first */
+        ucp_con_t *uc = ucp_g.rx_fast;
+        ucp_g.rx_fast = NULL;
+        in_poll       = 1;
+        ucp_rx_fast(uc);
+        in_poll = 0;
+        /* nothing else happened: the rest of poll_work() has nothing to do
+         * (the count of busy passes for its probe now and then included) */
+        if (n == 1 && !ucp_g.must_probe && pscom_list_empty(&ucp_g.dirty) &&
+            pscom_list_empty(&ucp_g.failed) &&
+            ((ucp_g.busy_polls + 1) & (UCP_BUSY_PROBE_EVERY - 1))) {
+            ucp_g.busy_polls++;
+            ucp_g.idle_polls    = 0;
+            ucp_g.idle_since_us = 0;
+            return 1;
+        }
+    }
     if (n || ucp_g.must_probe || !pscom_list_empty(&ucp_g.dirty) ||
         !pscom_list_empty(&ucp_g.failed))
         return poll_work(n, ucp_g.rx_cbs - cbs);
@@ -369,6 +392,8 @@ err_config:
 void ucp_worker_fini(void)
 {
     if (!ucp_g.worker) return;
+    if (ucp_g.rx_fast_done) ucp_req_release(ucp_g.rx_fast_done);
+    ucp_g.rx_fast_done = NULL;
     /* let graceful endpoint closes finish (bounded: a dead peer never answers) */
     uint64_t t0 = ucp_now_us();
     while (ucp_g.inflight && ucp_now_us() - t0 < UCP_FINI_WAIT_US) ucp_worker_progress(ucp_g.worker);
