@@ -26,6 +26,13 @@
 
 static char pack_buf[UCP_SMALL_MAX]; /* one packed message at a time (pscom lock) */
 
+/* head and data of a small message into pack_buf */
+static inline void pack_small(const struct iovec *head, const struct iovec *data)
+{
+    pscom_memcpy_small(pack_buf, head->iov_base, head->iov_len);
+    pscom_memcpy_small(pack_buf + head->iov_len, data->iov_base, data->iov_len);
+}
+
 void ucp_send_cb(void *request, ucs_status_t status, void *user_data)
 {
     ucp_req_t *r  = request;
@@ -91,8 +98,7 @@ static ucs_status_t post(ucp_con_t *uc, unsigned slot, const struct iovec *head,
                         head->iov_len <= UCP_MSG_MAX ? UCPT_MSG : UCPT_HEAD, &send_prm, NULL);
 
     if (total <= ucp_cfg.small_msg_len) {
-        pscom_memcpy_small(pack_buf, head->iov_base, head->iov_len);
-        pscom_memcpy_small(pack_buf + head->iov_len, data->iov_base, data->iov_len);
+        pack_small(head, data);
         st = send_one(uc, slot, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
         if (st != UCS_ERR_NO_RESOURCE) return st;
         char *heap = malloc(total);
@@ -169,8 +175,7 @@ void ucp_write_start(pscom_con_t *con)
         if (!pscom_write_peek(con, 0, &head, &data)) return;
         size_t total = head.iov_len + data.iov_len;
         if (data.iov_len && total <= ucp_cfg.small_msg_len) {
-            copy_small(pack_buf, head.iov_base, head.iov_len);
-            copy_small(pack_buf + head.iov_len, data.iov_base, data.iov_len);
+            pack_small(&head, &data);
             unsigned slot        = uc->tx_first;
             uc->tx[slot].pending = 0;
             ucs_status_t st = send_one(uc, slot, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
