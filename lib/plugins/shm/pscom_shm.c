@@ -63,7 +63,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pscom_copy.h"
 #include "pscom_plugin.h"
 #include "shm_cma.h"
 #include "shm_ring.h"

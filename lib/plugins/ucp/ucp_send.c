@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pscom_copy.h"
 #include "ucp_priv.h"
 
 static char pack_buf[UCP_SMALL_MAX]; /* one packed message at a time (pscom lock) */

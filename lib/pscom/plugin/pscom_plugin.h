@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "pscom_copy.h"
 #include "pscom_env.h"
 #include "pscom_log.h"
 #include "pscom_types.h"
