@@ -26,6 +26,11 @@
 /* ... or every FD_POLL_EVERY_QUIET passes while all registered fds are
  * quiet (listeners, peer-death detectors; pscom_ufd_t.quiet) */
 #define FD_POLL_EVERY_QUIET 1024
+/* Passes can also be far apart (an application calling pscom_test_any()
+ * now and then): every FD_CLOCK_EVERY skipped passes a look at the coarse
+ * clock (5 ns, one tick is 1-4 ms) polls the fds once a tick has passed
+ * since they were last polled. */
+#define FD_CLOCK_EVERY 8
 /* An idle blocking wait reads the clock every CLOCK_EVERY passes. */
 #define CLOCK_EVERY 16
 
@@ -251,8 +256,29 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
     return progress || n > 0;
 }
 
-/* passes since the fd set was looked at */
+/* passes since the fd set was looked at, and the coarse clock then */
 static unsigned skipped;
+static time_t fds_polled_tick;
+
+static time_t coarse_tick(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Time to look at the fd set in a pass without timeout? */
+static inline int fds_due(void)
+{
+    ++skipped;
+    if (pscom_likely(skipped & (FD_CLOCK_EVERY - 1))) return 0;
+    if (skipped < (hot_fds ? FD_POLL_EVERY : FD_POLL_EVERY_QUIET) &&
+        coarse_tick() == fds_polled_tick)
+        return 0;
+    skipped          = 0;
+    fds_polled_tick  = coarse_tick();
+    return 1;
+}
 
 static __attribute__((noinline)) int progress_full(int timeout_ms)
 {
@@ -269,9 +295,7 @@ static __attribute__((noinline)) int progress_full(int timeout_ms)
             pscom.progress_counter++; /* not idle: no nap in pscom_wait_until */
             timeout_ms = 0;
         }
-        if (!timeout_ms && ++skipped < (hot_fds ? FD_POLL_EVERY : FD_POLL_EVERY_QUIET))
-            return progress;
-        skipped = 0;
+        if (!timeout_ms && !fds_due()) return progress;
     }
     if (epfd < 0) return progress;
     return poll_fds(timeout_ms, progress);
@@ -286,9 +310,7 @@ int pscom_progress(int timeout_ms)
         pscom.stats.progress_passes++;
         int progress = poll_transports();
         if (progress) pscom.progress_counter++; /* not idle: no nap in pscom_wait_until */
-        if (pscom_likely(++skipped < (hot_fds ? FD_POLL_EVERY : FD_POLL_EVERY_QUIET)))
-            return progress;
-        skipped = 0;
+        if (pscom_likely(!fds_due())) return progress;
         if (epfd < 0) return progress;
         return poll_fds(0, progress);
     }
