@@ -30,7 +30,7 @@
  * now and then): every FD_CLOCK_EVERY skipped passes a look at the coarse
  * clock (5 ns, one tick is 1-4 ms) polls the fds once a tick has passed
  * since they were last polled. */
-#define FD_CLOCK_EVERY 8
+#define FD_CLOCK_EVERY 16
 /* An idle blocking wait reads the clock every CLOCK_EVERY passes. */
 #define CLOCK_EVERY 16
 
