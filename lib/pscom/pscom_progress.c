@@ -267,17 +267,26 @@ static time_t coarse_tick(void)
     return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* After FD_CLOCK_EVERY skipped passes: look at the fd set now? (Out of
+ * line, so that the busy-polling pass needs no stack frame for the clock.) */
+static __attribute__((noinline)) int fds_due_slow(void)
+{
+    if (skipped < (hot_fds ? FD_POLL_EVERY : FD_POLL_EVERY_QUIET)) {
+        time_t tick = coarse_tick();
+        if (tick == fds_polled_tick) return 0;
+        fds_polled_tick = tick;
+    } else {
+        fds_polled_tick = coarse_tick();
+    }
+    skipped = 0;
+    return 1;
+}
+
 /* Time to look at the fd set in a pass without timeout? */
 static inline int fds_due(void)
 {
-    ++skipped;
-    if (pscom_likely(skipped & (FD_CLOCK_EVERY - 1))) return 0;
-    if (skipped < (hot_fds ? FD_POLL_EVERY : FD_POLL_EVERY_QUIET) &&
-        coarse_tick() == fds_polled_tick)
-        return 0;
-    skipped          = 0;
-    fds_polled_tick  = coarse_tick();
-    return 1;
+    if (pscom_likely(++skipped & (FD_CLOCK_EVERY - 1))) return 0;
+    return fds_due_slow();
 }
 
 static __attribute__((noinline)) int progress_full(int timeout_ms)
@@ -301,6 +310,13 @@ static __attribute__((noinline)) int progress_full(int timeout_ms)
     return poll_fds(timeout_ms, progress);
 }
 
+/* the fd part of a busy-polling pass, when fds_due() says so */
+static __attribute__((noinline)) int fds_poll_maybe(int progress)
+{
+    if (!fds_due_slow() || epfd < 0) return progress;
+    return poll_fds(0, progress);
+}
+
 int pscom_progress(int timeout_ms)
 {
     /* the busy-polling pass, kept short: what progress_full does when
@@ -310,9 +326,8 @@ int pscom_progress(int timeout_ms)
         pscom.stats.progress_passes++;
         int progress = poll_transports();
         if (progress) pscom.progress_counter++; /* not idle: no nap in pscom_wait_until */
-        if (pscom_likely(!fds_due())) return progress;
-        if (epfd < 0) return progress;
-        return poll_fds(0, progress);
+        if (pscom_likely(++skipped & (FD_CLOCK_EVERY - 1))) return progress;
+        return fds_poll_maybe(progress);
     }
     return progress_full(timeout_ms);
 }
