@@ -50,6 +50,8 @@ void pscom_req_free(pscom_req_t *req)
     free(req);
 }
 
+PSCOM_PLUGIN_API uint64_t pscom_req_completions; /* plugin SDK, pscom_plugin.h */
+
 void pscom_req_complete(pscom_req_t *req)
 {
     assert(!pscom_list_linked(&req->next));
@@ -60,6 +62,7 @@ void pscom_req_complete(pscom_req_t *req)
         pscom_list_add_tail(&req->next, &pscom.io_doneq);
     }
     pscom.progress_counter++;
+    pscom_req_completions++;
 }
 
 /* Called with the lock held; returns with it held. io_done runs unlocked. */

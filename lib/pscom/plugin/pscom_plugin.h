@@ -156,6 +156,11 @@ PSCOM_PLUGIN_API int pscom_read_done(pscom_con_t *con, size_t len);
 /* Hand over len bytes from the transport's own buffer (copies them).
  * Returns as pscom_read_done(). */
 PSCOM_PLUGIN_API int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len);
+/* Requests completed so far (read only). A polled transport may compare it
+ * around pscom_read_feed() and end its pass when it changed: a waiter may
+ * be done, and looking at the next packet first can cost a cache miss on
+ * the peer's line before the application gets control back. */
+PSCOM_PLUGIN_API extern uint64_t pscom_req_completions;
 /* For transports whose library fills the buffer from pscom_read_get_buf()
  * asynchronously (zero-copy receives): call right after getting it. Until
  * the next pscom_read_done() for this connection, the core keeps that
