@@ -21,7 +21,6 @@ pscom_global_t pscom = {
     .lock             = PTHREAD_MUTEX_INITIALIZER,
 };
 
-
 static void cleanup(void)
 {
     if (!pscom.initialized) return;

@@ -10,6 +10,7 @@
 
 #include "pscom_con.h"
 #include "pscom_config.h"
+#include "pscom_copy.h"
 #include "pscom_core.h"
 #include "pscom_group.h"
 #include "pscom_log.h"
@@ -18,7 +19,6 @@
 #include "pscom_req.h"
 #include "pscom_rma.h"
 #include "pscom_rndv.h"
-#include "pscom_util.h"
 #include "pscom_wire.h"
 
 /* ---- receive ------------------------------------------------------------ */

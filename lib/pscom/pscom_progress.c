@@ -310,13 +310,6 @@ static __attribute__((noinline)) int progress_full(int timeout_ms)
     return poll_fds(timeout_ms, progress);
 }
 
-/* the fd part of a busy-polling pass, when fds_due() says so */
-static __attribute__((noinline)) int fds_poll_maybe(int progress)
-{
-    if (!fds_due_slow() || epfd < 0) return progress;
-    return poll_fds(0, progress);
-}
-
 int pscom_progress(int timeout_ms)
 {
     /* the busy-polling pass, kept short: what progress_full does when
@@ -326,8 +319,8 @@ int pscom_progress(int timeout_ms)
         pscom.stats.progress_passes++;
         int progress = poll_transports();
         if (progress) pscom.progress_counter++; /* not idle: no nap in pscom_wait_until */
-        if (pscom_likely(++skipped & (FD_CLOCK_EVERY - 1))) return progress;
-        return fds_poll_maybe(progress);
+        if (pscom_likely(!fds_due()) || epfd < 0) return progress;
+        return poll_fds(0, progress);
     }
     return progress_full(timeout_ms);
 }

@@ -14,12 +14,12 @@
 #include <string.h>
 
 #include "pscom_con.h"
+#include "pscom_copy.h"
 #include "pscom_core.h"
 #include "pscom_log.h"
 #include "pscom_req.h"
 #include "pscom_rndv.h"
 #include "pscom_sock.h"
-#include "pscom_util.h"
 #include "pscom_wire.h"
 
 static int accepts(pscom_req_t *req, pscom_con_t *con, pscom_header_net_t *hn)
@@ -254,13 +254,7 @@ void pscom_recv_post(pscom_req_t *req)
     pscom_request_t *r = &req->pub;
     int socket_given   = r->socket != NULL;
 
-    pscom_req_t *gen;
-    if (r->connection) { /* pscom_unexpected_find(), without a call when there is none */
-        pscom_con_t *con = pscom_con_from_pub(r->connection);
-        gen = pscom_list_empty(&con->genrecvq) ? NULL : find_unexpected_in(&con->genrecvq, 0, r);
-    } else {
-        gen = pscom_unexpected_find(r);
-    }
+    pscom_req_t *gen = pscom_unexpected_find(r);
     if (gen) {
         merge(req, gen);
         return;

@@ -5,10 +5,8 @@
 #define PSCOM_UTIL_H
 
 #include <stdint.h>
-#include <string.h>
 #include <time.h>
 
-#include "pscom_copy.h"
 #include "pscom_types.h"
 
 /* Parsed endpoint string "host:port[@name]" (spec 5.8). */
@@ -43,6 +41,5 @@ static inline uint64_t pscom_time_us(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
-
 
 #endif /* PSCOM_UTIL_H */

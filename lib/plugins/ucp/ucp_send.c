@@ -25,13 +25,6 @@
 
 static char pack_buf[UCP_SMALL_MAX]; /* one packed message at a time (pscom lock) */
 
-/* head and data of a small message into pack_buf */
-static inline void pack_small(const struct iovec *head, const struct iovec *data)
-{
-    pscom_memcpy_small(pack_buf, head->iov_base, head->iov_len);
-    pscom_memcpy_small(pack_buf + head->iov_len, data->iov_base, data->iov_len);
-}
-
 void ucp_send_cb(void *request, ucs_status_t status, void *user_data)
 {
     ucp_req_t *r  = request;
@@ -97,7 +90,8 @@ static ucs_status_t post(ucp_con_t *uc, unsigned slot, const struct iovec *head,
                         head->iov_len <= UCP_MSG_MAX ? UCPT_MSG : UCPT_HEAD, &send_prm, NULL);
 
     if (total <= ucp_cfg.small_msg_len) {
-        pack_small(head, data);
+        pscom_memcpy_small(pack_buf, head->iov_base, head->iov_len);
+        pscom_memcpy_small(pack_buf + head->iov_len, data->iov_base, data->iov_len);
         st = send_one(uc, slot, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
         if (st != UCS_ERR_NO_RESOURCE) return st;
         char *heap = malloc(total);
@@ -119,6 +113,32 @@ static int write_done(ucp_con_t *uc, size_t len)
     return r || uc->closed;
 }
 
+/* Nothing in flight: hand the oldest queued message to UCX; a message that
+ * UCX completes at once is retired at once, without a ring slot. Returns 0
+ * to go on, 1 to stop (nothing queued, in flight, failed), -1 if the
+ * connection closed meanwhile. */
+static int send_next(ucp_con_t *uc)
+{
+    struct iovec head, data;
+    if (!pscom_write_peek(uc->con, 0, &head, &data)) return 1;
+    unsigned slot        = uc->tx_first;
+    uc->tx[slot].pending = 0;
+    ucs_status_t st      = post(uc, slot, &head, &data);
+    size_t n             = head.iov_len + data.iov_len;
+    if (uc->tx[slot].pending) { /* in flight: ucp_send_cb, then retired by ucp_tx_progress */
+        uc->tx[slot].retire_len = n;
+        uc->tx_count            = 1;
+    }
+    if (st != UCS_OK) {
+        plog_dbg("%s: ucp: send: %s", pscom_con_name(uc->con), ucs_status_string(st));
+        uc->tx_failed = 1;
+        ucp_failed(uc);
+        return 1;
+    }
+    if (uc->tx_count) return 1;
+    return write_done(uc, n) ? -1 : 0;
+}
+
 void ucp_tx_progress(ucp_con_t *uc)
 {
     if (uc->tx_busy) { /* called back from inside pscom_write_done() */
@@ -136,26 +156,11 @@ void ucp_tx_progress(ucp_con_t *uc)
             if (write_done(uc, n)) goto out; /* closed */
         }
         /* Like a socket that is full: nothing new while UCX still holds a
-         * message (queued messages stay cancellable). A message that UCX
-         * completes at once is retired at once, without a ring slot. */
+         * message (queued messages stay cancellable). */
         while (!uc->tx_count && !uc->tx_failed && uc->ep) {
-            struct iovec head, data;
-            if (!pscom_write_peek(uc->con, 0, &head, &data)) break;
-            unsigned slot        = uc->tx_first;
-            uc->tx[slot].pending = 0;
-            ucs_status_t st      = post(uc, slot, &head, &data);
-            size_t n             = head.iov_len + data.iov_len;
-            if (uc->tx[slot].pending) { /* in flight: ucp_send_cb, then retired above */
-                uc->tx[slot].retire_len = n;
-                uc->tx_count            = 1;
-            }
-            if (st != UCS_OK) {
-                plog_dbg("%s: ucp: send: %s", pscom_con_name(uc->con), ucs_status_string(st));
-                uc->tx_failed = 1;
-                ucp_failed(uc);
-                break;
-            }
-            if (!uc->tx_count && write_done(uc, n)) goto out; /* closed */
+            int r = send_next(uc);
+            if (r < 0) goto out; /* closed */
+            if (r > 0) break;
         }
     } while (uc->tx_again && !uc->closed);
 out:
@@ -167,27 +172,13 @@ void ucp_write_start(pscom_con_t *con)
     ucp_con_t *uc = pscom_con_plugin_priv(con);
     if (uc->closed) return;
     /* The usual case first, with as little as possible before the send:
-     * nothing in flight, a small message that UCX takes at once. Anything
-     * else (and what is queued behind it) goes the general way. */
+     * nothing in flight, the message goes to UCX at once; what is queued
+     * behind it goes the general way. */
     if (!uc->tx_busy && !uc->tx_count && !uc->tx_failed && uc->ep) {
-        struct iovec head, data;
-        if (!pscom_write_peek(con, 0, &head, &data)) return;
-        size_t total = head.iov_len + data.iov_len;
-        if (data.iov_len && total <= ucp_cfg.small_msg_len) {
-            pack_small(&head, &data);
-            unsigned slot        = uc->tx_first;
-            uc->tx[slot].pending = 0;
-            ucs_status_t st = send_one(uc, slot, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
-            if (uc->tx[slot].pending) { /* in flight after all: retired by tx_progress */
-                uc->tx[slot].retire_len = total;
-                uc->tx_count            = 1;
-            } else if (st == UCS_OK) {
-                uc->tx_busy = 1;
-                int closed  = write_done(uc, total);
-                uc->tx_busy = 0;
-                if (closed) return;
-            } /* else not sent (UCX out of resources, or an error): tx_progress sends it */
-        }
+        uc->tx_busy = 1;
+        int r       = send_next(uc);
+        uc->tx_busy = 0;
+        if (r) return; /* nothing queued, in flight, failed, or closed */
     }
     ucp_tx_progress(uc);
 }
