@@ -117,7 +117,7 @@ static int write_done(ucp_con_t *uc, size_t len)
  * UCX completes at once is retired at once, without a ring slot. Returns 0
  * to go on, 1 to stop (nothing queued, in flight, failed), -1 if the
  * connection closed meanwhile. */
-static int send_next(ucp_con_t *uc)
+static inline __attribute__((always_inline)) int send_next(ucp_con_t *uc)
 {
     struct iovec head, data;
     if (!pscom_write_peek(uc->con, 0, &head, &data)) return 1;
