@@ -423,15 +423,6 @@ void ucp_rx_preposts(void)
     while (!pscom_list_empty(&ucp_g.prepost)) {
         ucp_con_t *uc = pscom_list_entry(ucp_g.prepost.next, ucp_con_t, prepost_next);
         pscom_list_del(&uc->prepost_next);
-        if (!uc->rx_busy && !uc->rx_req && pscom_list_empty(&uc->stash)) {
-            /* the usual case, what ucp_rx_pump would do first */
-            uc->rx_busy = 1;
-            int pending = rx_prepost(uc);
-            uc->rx_busy = 0;
-            if (pending) continue;
-            ucp_rx_pump(uc); /* delivered at once: the rest as usual */
-            continue;
-        }
         uc->prepost_now = 1;
         ucp_rx_pump(uc);
         uc->prepost_now = 0;
