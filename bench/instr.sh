@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# instr.sh - instructions per 8 B round trip on the client side, counted by
+# callgrind: the same for the same build whatever else the machine does, so
+# that small changes to the latency path can be compared where timings are too
+# noisy (bench/README.md). The client (bench/instr_pp.c) waits for a FIFO byte
+# the server writes after each reply before it waits for the reply itself: no
+# idle polling passes are counted. Two runs (W and W+N round trips) are
+# subtracted, so connection setup and warm-up drop out.
+#
+# Usage: bench/instr.sh [TRANSPORT]   TRANSPORT: ucp-shm (default), ucp-tcp, shm, tcp
+#
+# Environment:
+#   BUILD_DIR=dir  configured build tree (default <repo>/build-instr, configured
+#                  as Release with -g on first use)
+#   N=5000         round trips counted; W=500 round trips subtracted
+#   XH=12          xheader bytes (pscom_pp's default)
+#   TOP=40         functions listed (those of at least 1 instruction per round trip)
+#   KEEP=1         keep the callgrind outputs
+#
+# Output: instructions per round trip by object (libpscom, the plugin, UCX's
+# libraries, libc, the program; "(inlined)": lines of inline functions, which
+# callgrind attributes to their header and no object) and by function.
+set -euo pipefail
+
+die() { echo "instr.sh: $*" >&2; exit 1; }
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$SCRIPT_DIR/.." && pwd)
+TRANSPORT=${1:-ucp-shm}
+N=${N:-5000}
+W=${W:-500}
+XH=${XH:-12}
+TOP=${TOP:-40}
+KEEP=${KEEP:-0}
+
+[[ $N =~ ^[1-9][0-9]*$ && $W =~ ^[1-9][0-9]*$ ]] || die "N and W must be positive integers"
+[[ $XH =~ ^[0-9]+$ ]] && ((XH <= 100)) || die "XH must be 0..100"
+command -v valgrind >/dev/null || die "valgrind not found (Debian: valgrind)"
+command -v callgrind_annotate >/dev/null || die "callgrind_annotate not found (Debian: valgrind)"
+
+case $TRANSPORT in
+ucp-shm) TENV=(PSP_SHM=0 PSP_TCP=0 UCX_TLS=posix,cma,self) ;;
+ucp-tcp) TENV=(PSP_SHM=0 PSP_TCP=0 UCX_TLS=tcp UCX_NET_DEVICES=lo) ;;
+shm) TENV=(PSP_UCP=0) ;;
+tcp) TENV=(PSP_UCP=0 PSP_SHM=0) ;;
+*) die "unknown transport '$TRANSPORT' (ucp-shm, ucp-tcp, shm, tcp)" ;;
+esac
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/pscom-instr.XXXXXX")
+SERVER_PID=
+cleanup() {
+    if [[ -n $SERVER_PID ]]; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    if [[ $KEEP == 1 ]]; then echo "instr.sh: outputs kept in $TMP" >&2; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+
+# --- build ---------------------------------------------------------------------
+BUILD_DIR=${BUILD_DIR:-$REPO/build-instr}
+if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+    cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g \
+        -DPSCOM_BUILD_TESTS=OFF >"$TMP/configure.log" 2>&1 ||
+        { cat "$TMP/configure.log" >&2; die "configuring $BUILD_DIR failed"; }
+fi
+cmake --build "$BUILD_DIR" --target pscom -j "$(nproc 2>/dev/null || echo 2)" >"$TMP/build.log" 2>&1 ||
+    { tail -n 40 "$TMP/build.log" >&2; die "building libpscom in $BUILD_DIR failed"; }
+if [[ $TRANSPORT == ucp-* ]]; then
+    cmake --build "$BUILD_DIR" --target pscom4ucp -j "$(nproc 2>/dev/null || echo 2)" \
+        >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; die "building pscom4ucp failed"; }
+fi
+LIB=$BUILD_DIR/lib
+${CC:-cc} -O2 -g -std=gnu11 -I"$REPO/include" -o "$TMP/instr_pp" "$SCRIPT_DIR/instr_pp.c" \
+    -L"$LIB" -lpscom -Wl,-rpath,"$LIB" || die "building instr_pp failed"
+PRELOAD=
+if [[ $TRANSPORT == ucp-* ]]; then
+    # The server must not arm its UCX worker between messages: the client's
+    # send would then also wake it (a syscall on the client's side), in some
+    # round trips and not in others.
+    printf '#include <ucp/api/ucp.h>\nucs_status_t ucp_worker_arm(ucp_worker_h w) { (void)w; return UCS_ERR_BUSY; }\n' \
+        >"$TMP/noarm.c"
+    ${CC:-cc} -O2 -shared -fPIC -o "$TMP/noarm.so" "$TMP/noarm.c" $(pkg-config --cflags ucx) ||
+        die "building the arm blocker failed"
+    PRELOAD=$TMP/noarm.so
+fi
+
+# --- runs ------------------------------------------------------------------------
+ENVV=(env PSP_OPENIB=0 "${TENV[@]}" LD_LIBRARY_PATH="$LIB" LD_PRELOAD="$PRELOAD")
+run() { # run <round trips> <callgrind output>
+    local n=$1 out=$2 fifo=$TMP/fifo.$1 sout=$TMP/server.$1 ep= i
+    mkfifo "$fifo"
+    "${ENVV[@]}" taskset -c 1 "$TMP/instr_pp" s "$fifo" >"$sout" 2>&1 &
+    SERVER_PID=$!
+    for ((i = 0; i < 100; i++)); do
+        ep=$(awk '$1 == "EP" { print $2; exit }' "$sout")
+        [[ -n $ep ]] && break
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$sout" >&2; die "the server exited"; }
+        sleep 0.1
+    done
+    [[ -n $ep ]] || { cat "$sout" >&2; die "the server printed no endpoint"; }
+    "${ENVV[@]}" taskset -c 0 valgrind --tool=callgrind --collect-atstart=no \
+        --toggle-collect=pp_loop --callgrind-out-file="$out" \
+        "$TMP/instr_pp" c "$ep" "$fifo" "$n" "$XH" >"$out.log" 2>&1 ||
+        { cat "$out.log" >&2; die "the client failed ($n round trips)"; }
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+}
+run "$W" "$TMP/cg.a"
+run $((W + N)) "$TMP/cg.b"
+
+# --- per function and object -------------------------------------------------------
+flat() { # self instructions per function: "<count> <object> <file:function>"
+    callgrind_annotate --inclusive=no --auto=no --threshold=100 "$1" 2>/dev/null |
+        awk '/^ *[0-9][0-9,]* \(/ && !/PROGRAM TOTALS/ {
+            n = $1; gsub(",", "", n)
+            line = $0; sub(/^ *[0-9,]+ +\([^)]*\) +/, "", line)
+            obj = "(inlined)" # lines of inline functions: callgrind names no object
+            if (match(line, /\[[^]]*\]$/)) { obj = substr(line, RSTART + 1, RLENGTH - 2); line = substr(line, 1, RSTART - 2) }
+            sub(/.*\//, "", obj); sub(/\.so.*/, "", obj)
+            fn = line; sub(/.*\//, "", fn)
+            print n, obj, fn }'
+}
+flat "$TMP/cg.a" >"$TMP/a.txt"
+flat "$TMP/cg.b" >"$TMP/b.txt"
+
+awk -v n="$N" -v top="$TOP" -v tr="$TRANSPORT" -v xh="$XH" '
+    FNR == NR { a[$2 " " $3] += $1; next }
+    { b[$2 " " $3] += $1 }
+    END {
+        for (k in a) if (!(k in b)) b[k] = 0
+        for (k in b) {
+            d = (b[k] - a[k]) / n
+            split(k, p, " ")
+            obj = p[1]; fn = p[2]
+            # the FIFO read() is the harness, not the round trip
+            if (fn ~ /(^|:)(read|__libc_read)$/ || fn ~ /^read\.c:/ || fn ~ /cancel/) { harness += d; continue }
+            if (obj ~ /^instr_pp/) obj = "program"
+            byobj[obj] += d; total += d
+            if (d >= 1) rows[++m] = sprintf("%9.1f  %-14s %s", d, obj, fn)
+        }
+        printf "# instructions per 8 B round trip (xheader %d), client side, %s: callgrind, %d round trips\n", xh, tr, n
+        printf "%-16s %9s\n", "object", "instr/RT"
+        for (o in byobj) if (byobj[o] >= 0.5) printf "%-16s %9.0f\n", o, byobj[o] | "sort -k2 -nr"
+        close("sort -k2 -nr")
+        printf "%-16s %9.0f\n", "total", total
+        printf "(not counted: the harness FIFO read, %.0f)\n\n", harness
+        printf "%9s  %-14s %s\n", "instr/RT", "object", "function"
+        for (i = 1; i <= m; i++) print rows[i] | ("sort -nr | head -n " top)
+    }' "$TMP/a.txt" "$TMP/b.txt"
