@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "pscom_copy.h"
 #include "pscom_wire.h"
 
 static void test_header_size(void **state)
@@ -97,10 +98,29 @@ static void test_precon_formats(void **state)
     assert_int_equal(PSCOM_PRECON_REJECT, 10);
 }
 
+/* pscom_memcpy_small (every small message's header, xheader and data):
+ * exactly n bytes, for every length of each of its cases and beyond, at
+ * every alignment */
+static void test_memcpy_small(void **state)
+{
+    char src[80], dst[96], want[96];
+    for (size_t i = 0; i < sizeof(src); i++) src[i] = (char)(i * 7 + 1);
+    for (size_t n = 0; n <= 64; n++) {
+        for (size_t off = 0; off < 8; off++) {
+            memset(dst, 0x5a, sizeof(dst));
+            memset(want, 0x5a, sizeof(want));
+            memcpy(want + 8 + off, src + off, n);
+            pscom_memcpy_small(dst + 8 + off, src + off, n);
+            assert_memory_equal(dst, want, sizeof(dst));
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_size),
+        cmocka_unit_test(test_memcpy_small),
         cmocka_unit_test(test_header_encoding),
         cmocka_unit_test(test_header_struct_writes),
         cmocka_unit_test(test_msgtype_values),
