@@ -71,7 +71,6 @@ typedef struct ucp_cfg {
 extern ucp_cfg_t ucp_cfg;
 
 #define UCP_SMALL_MAX  UCP_MSG_MAX /* upper bound for PSP_UCP_SMALL_MSG_LEN */
-#define UCP_TX_WINDOW  64           /* ring of messages handed to UCX (one at a time, see ucp_send.c) */
 
 /* ---- requests ----------------------------------------------------------------- */
 
@@ -94,7 +93,7 @@ typedef struct ucp_req {
     int completed;
     ucs_status_t status;
     uint64_t con_id;         /* owner (looked up, never a pointer) */
-    unsigned slot;           /* SEND: tx ring slot; RECV: kind; DATA: bytes kept */
+    unsigned slot;           /* RECV: kind; DATA: bytes kept */
     char *buf;               /* RECV: its buffer; SEND: heap copy; or NULL */
     size_t len;
     ucp_partial_t *partial;  /* DATA/DISCARD through the generic datatype */
@@ -109,11 +108,6 @@ struct ucp_partial {
 };
 
 /* ---- connections ---------------------------------------------------------------- */
-
-typedef struct ucp_txent {
-    size_t retire_len;  /* head + data of the pscom message */
-    unsigned pending;   /* UCX sends not completed */
-} ucp_txent_t;
 
 typedef struct ucp_stash {
     pscom_list_t next;
@@ -152,8 +146,8 @@ typedef struct ucp_con {
 
     /* send */
     uint32_t tx_seq;
-    unsigned tx_first, tx_count; /* ring of messages handed to UCX */
-    ucp_txent_t tx[UCP_TX_WINDOW];
+    size_t tx_inflight;  /* head + data of the message UCX holds (0: none; one at a time) */
+    unsigned tx_pending; /* its UCX sends not completed */
 
     /* receive */
     uint32_t rx_seq;

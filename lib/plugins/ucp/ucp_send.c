@@ -30,7 +30,7 @@ void ucp_send_cb(void *request, ucs_status_t status, void *user_data)
     ucp_req_t *r  = request;
     ucp_con_t *uc = ucp_con_lookup(r->con_id);
     if (uc && !uc->closed) {
-        uc->tx[r->slot].pending--;
+        uc->tx_pending--;
         if (status != UCS_OK && !uc->tx_failed) {
             plog_dbg("%s: ucp: send failed: %s", pscom_con_name(uc->con),
                      ucs_status_string(status));
@@ -51,10 +51,10 @@ static const ucp_request_param_t send_imm_prm = { /* must complete at once */
     .cb.send      = ucp_send_cb,
 };
 
-/* One UCX send for ring slot `slot`. heap: a malloc'ed copy of buf the
+/* One UCX send of the message in flight. heap: a malloc'ed copy of buf the
  * request owns, or NULL. Returns UCS_OK (done or in flight) or an error. */
-static inline ucs_status_t send_one(ucp_con_t *uc, unsigned slot, const void *buf, size_t len,
-                             unsigned kind, const ucp_request_param_t *prm, char *heap)
+static inline ucs_status_t send_one(ucp_con_t *uc, const void *buf, size_t len, unsigned kind,
+                                    const ucp_request_param_t *prm, char *heap)
 {
     ucs_status_ptr_t st =
         ucp_tag_send_nbx(uc->ep, buf, len, ucpt_make(uc->peer_id, kind, uc->tx_seq), prm);
@@ -63,9 +63,8 @@ static inline ucs_status_t send_one(ucp_con_t *uc, unsigned slot, const void *bu
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_SEND, uc->id);
-        r->slot = slot;
-        r->buf  = heap;
-        uc->tx[slot].pending++;
+        r->buf = heap;
+        uc->tx_pending++;
         uc->tx_seq++;
         ucp_wake();
         return UCS_OK;
@@ -77,32 +76,31 @@ static inline ucs_status_t send_one(ucp_con_t *uc, unsigned slot, const void *bu
     return UCS_PTR_STATUS(st);
 }
 
-/* Hand the next queued message to UCX, for ring slot `slot`. Returns
- * UCS_OK (done, or in flight: the slot's pending count) or an error. */
-static ucs_status_t post(ucp_con_t *uc, unsigned slot, const struct iovec *head,
-                         const struct iovec *data)
+/* Hand the next queued message to UCX. Returns UCS_OK (done, or in
+ * flight: tx_pending) or an error. */
+static ucs_status_t post(ucp_con_t *uc, const struct iovec *head, const struct iovec *data)
 {
     size_t total = head->iov_len + data->iov_len;
     ucs_status_t st;
 
     if (!data->iov_len)
-        return send_one(uc, slot, head->iov_base, head->iov_len,
+        return send_one(uc, head->iov_base, head->iov_len,
                         head->iov_len <= UCP_MSG_MAX ? UCPT_MSG : UCPT_HEAD, &send_prm, NULL);
 
     if (total <= ucp_cfg.small_msg_len) {
         pscom_memcpy_small(pack_buf, head->iov_base, head->iov_len);
         pscom_memcpy_small(pack_buf + head->iov_len, data->iov_base, data->iov_len);
-        st = send_one(uc, slot, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
+        st = send_one(uc, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
         if (st != UCS_ERR_NO_RESOURCE) return st;
         char *heap = malloc(total);
         if (!heap) return UCS_ERR_NO_MEMORY;
         memcpy(heap, pack_buf, total);
-        return send_one(uc, slot, heap, total, UCPT_MSG, &send_prm, heap);
+        return send_one(uc, heap, total, UCPT_MSG, &send_prm, heap);
     }
 
-    st = send_one(uc, slot, head->iov_base, head->iov_len, UCPT_HEAD, &send_prm, NULL);
+    st = send_one(uc, head->iov_base, head->iov_len, UCPT_HEAD, &send_prm, NULL);
     if (st != UCS_OK) return st;
-    return send_one(uc, slot, data->iov_base, data->iov_len, UCPT_DATA, &send_prm, NULL);
+    return send_one(uc, data->iov_base, data->iov_len, UCPT_DATA, &send_prm, NULL);
 }
 
 static int write_done(ucp_con_t *uc, size_t len)
@@ -114,28 +112,25 @@ static int write_done(ucp_con_t *uc, size_t len)
 }
 
 /* Nothing in flight: hand the oldest queued message to UCX; a message that
- * UCX completes at once is retired at once, without a ring slot. Returns 0
+ * UCX completes at once is retired at once. Returns 0
  * to go on, 1 to stop (nothing queued, in flight, failed), -1 if the
  * connection closed meanwhile. */
 static inline __attribute__((always_inline)) int send_next(ucp_con_t *uc)
 {
     struct iovec head, data;
     if (!pscom_write_peek(uc->con, 0, &head, &data)) return 1;
-    unsigned slot        = uc->tx_first;
-    uc->tx[slot].pending = 0;
-    ucs_status_t st      = post(uc, slot, &head, &data);
-    size_t n             = head.iov_len + data.iov_len;
-    if (uc->tx[slot].pending) { /* in flight: ucp_send_cb, then retired by ucp_tx_progress */
-        uc->tx[slot].retire_len = n;
-        uc->tx_count            = 1;
-    }
+    uc->tx_pending  = 0;
+    ucs_status_t st = post(uc, &head, &data);
+    size_t n        = head.iov_len + data.iov_len;
+    /* in flight: ucp_send_cb, then retired by ucp_tx_progress */
+    if (uc->tx_pending) uc->tx_inflight = n;
     if (st != UCS_OK) {
         plog_dbg("%s: ucp: send: %s", pscom_con_name(uc->con), ucs_status_string(st));
         uc->tx_failed = 1;
         ucp_failed(uc);
         return 1;
     }
-    if (uc->tx_count) return 1;
+    if (uc->tx_inflight) return 1;
     return write_done(uc, n) ? -1 : 0;
 }
 
@@ -148,16 +143,15 @@ void ucp_tx_progress(ucp_con_t *uc)
     uc->tx_busy = 1;
     do {
         uc->tx_again = 0;
-        /* retire completed messages, in order */
-        while (uc->tx_count && !uc->tx[uc->tx_first].pending) {
-            size_t n     = uc->tx[uc->tx_first].retire_len;
-            uc->tx_first = (uc->tx_first + 1) % UCP_TX_WINDOW;
-            uc->tx_count--;
+        /* retire the message in flight once UCX is done with it */
+        if (uc->tx_inflight && !uc->tx_pending) {
+            size_t n        = uc->tx_inflight;
+            uc->tx_inflight = 0;
             if (write_done(uc, n)) goto out; /* closed */
         }
         /* Like a socket that is full: nothing new while UCX still holds a
          * message (queued messages stay cancellable). */
-        while (!uc->tx_count && !uc->tx_failed && uc->ep) {
+        while (!uc->tx_inflight && !uc->tx_failed && uc->ep) {
             int r = send_next(uc);
             if (r < 0) goto out; /* closed */
             if (r > 0) break;
@@ -174,7 +168,7 @@ void ucp_write_start(pscom_con_t *con)
     /* The usual case first, with as little as possible before the send:
      * nothing in flight, the message goes to UCX at once; what is queued
      * behind it goes the general way. */
-    if (!uc->tx_busy && !uc->tx_count && !uc->tx_failed && uc->ep) {
+    if (!uc->tx_busy && !uc->tx_inflight && !uc->tx_failed && uc->ep) {
         uc->tx_busy = 1;
         int r       = send_next(uc);
         uc->tx_busy = 0;

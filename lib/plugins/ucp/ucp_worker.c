@@ -138,7 +138,7 @@ static int run_dirty(void)
         ucp_rx_pump(uc);
         /* the send side needs us only while UCX holds a message of it
          * (ucp_write_start hands over the rest) */
-        if (uc->tx_count && !uc->closed) ucp_tx_progress(uc);
+        if (uc->tx_inflight && !uc->closed) ucp_tx_progress(uc);
     }
     return progress;
 }
