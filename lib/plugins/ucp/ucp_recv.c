@@ -191,6 +191,20 @@ bad:
     return 1;
 }
 
+/* deliver() for a buffer of ours (a completed receive's), which then
+ * becomes the connection's receive buffer if it has none, or is freed */
+static inline int deliver_own(ucp_con_t *uc, char *buf, size_t len, unsigned kind)
+{
+    int stopped = deliver(uc, buf, len, kind);
+    if (!stopped && !uc->rxbuf) {
+        uc->rxbuf     = buf;
+        uc->rxbuf_cap = len > RXBUF_MIN ? len : RXBUF_MIN;
+    } else {
+        free(buf);
+    }
+    return stopped;
+}
+
 /* All DATA bytes arrived; the first `keep` of them are in the core's buffer. */
 static int data_done(ucp_con_t *uc, size_t len, size_t keep)
 {
@@ -394,18 +408,12 @@ void ucp_rx_fast(ucp_con_t *uc)
     char *buf = r->buf;
     r->buf    = NULL;
     uc->rx_busy = 1;
-    int stopped = deliver(uc, buf, r->len, UCPT_MSG);
+    int stopped = deliver_own(uc, buf, r->len, UCPT_MSG);
     uc->rx_busy = 0;
     /* the request is released at the start of the next pass: not before
      * the application sees its message */
     if (ucp_g.rx_fast_done) ucp_req_release(ucp_g.rx_fast_done);
     ucp_g.rx_fast_done = r;
-    if (!stopped && !uc->rxbuf) { /* keep it as the receive buffer */
-        uc->rxbuf     = buf;
-        uc->rxbuf_cap = RXBUF_MIN;
-    } else {
-        free(buf);
-    }
     if (stopped || uc->rx_req || !uc->started) return;
     if (pscom_list_empty(&uc->stash)) { /* pre-post at the start of the next pass */
         if (!pscom_list_linked(&uc->prepost_next)) pscom_list_add_tail(&uc->prepost_next, &ucp_g.prepost);
@@ -535,13 +543,7 @@ void ucp_rx_pump(ucp_con_t *uc)
                 char *buf = r->buf;
                 r->buf    = NULL;
                 ucp_req_release(r);
-                stopped = deliver(uc, buf, len, kind);
-                if (!stopped && !uc->rxbuf) { /* keep it as the receive buffer */
-                    uc->rxbuf     = buf;
-                    uc->rxbuf_cap = len > RXBUF_MIN ? len : RXBUF_MIN;
-                } else {
-                    free(buf);
-                }
+                stopped = deliver_own(uc, buf, len, kind);
                 if (!stopped) stopped = data_early(uc);
             } else { /* DATA written in place; kind holds the stored part */
                 ucp_req_release(r);
