@@ -46,9 +46,6 @@ uint64_t ucp_now_us(void)
 
 /* ---- connection ids -------------------------------------------------------- */
 
-#define ID_SLOT_BITS UCP_ID_SLOT_BITS
-#define ID_SLOT_MASK UCP_ID_SLOT_MASK
-
 ucp_ids_t ucp_ids;
 
 uint64_t ucp_con_id_alloc(ucp_con_t *uc)
@@ -59,7 +56,7 @@ uint64_t ucp_con_id_alloc(ucp_con_t *uc)
     } else {
         if (ucp_ids.n == ucp_ids.cap) {
             uint32_t cap = ucp_ids.cap ? ucp_ids.cap * 2 : 64;
-            if (cap > ID_SLOT_MASK + 1) return 0;
+            if (cap > UCP_ID_SLOT_MASK + 1) return 0;
             ucp_con_t **c = realloc(ucp_ids.con, cap * sizeof(*c));
             if (!c) return 0;
             ucp_ids.con   = c;
@@ -78,13 +75,13 @@ uint64_t ucp_con_id_alloc(ucp_con_t *uc)
     if (!ucp_ids.gen[slot]) ucp_ids.gen[slot] = 1; /* never id 0 */
     ucp_ids.con[slot] = uc;
     if (!ucp_g.ncons++) ucp_wake(); /* the worker sleeps on a quiet fd: poll it again */
-    return (uint64_t)slot | ((uint64_t)ucp_ids.gen[slot] << ID_SLOT_BITS);
+    return (uint64_t)slot | ((uint64_t)ucp_ids.gen[slot] << UCP_ID_SLOT_BITS);
 }
 
 void ucp_con_id_free(uint64_t id)
 {
     if (!id || !ucp_con_lookup(id)) return;
-    uint32_t slot     = (uint32_t)(id & ID_SLOT_MASK);
+    uint32_t slot     = (uint32_t)(id & UCP_ID_SLOT_MASK);
     ucp_ids.con[slot] = NULL;
     ucp_ids.free_slots[ucp_ids.nfree++] = slot;
     ucp_g.ncons--;
