@@ -548,18 +548,23 @@ static int round_trip(pp_client_t *c, unsigned long ms, unsigned long i)
 
     if (arg.verify) stamp(c, ms, i);
 
+    /* The send first, then the receive for the reply (as ucx_perftest and
+     * osu_latency order them): the reply cannot come before the send went
+     * out, and posting the receive is then no longer between the arrival
+     * of the previous reply and this send. A reply that comes before the
+     * receive is posted is matched from the unexpected queue. */
+    sreq->connection  = c->con;
+    sreq->xheader_len = arg.xheader;
+    sreq->data        = c->sbuf;
+    sreq->data_len    = ms;
+    pscom_post_send(sreq);
+
     rreq->connection  = c->con;
     rreq->socket      = c->con->socket;
     rreq->xheader_len = PP_MAX_XHEADER;
     rreq->data        = c->rbuf;
     rreq->data_len    = ms;
     pscom_post_recv(rreq);
-
-    sreq->connection  = c->con;
-    sreq->xheader_len = arg.xheader;
-    sreq->data        = c->sbuf;
-    sreq->data_len    = ms;
-    pscom_post_send(sreq);
 
     pscom_wait(sreq);
     pscom_wait(rreq);
