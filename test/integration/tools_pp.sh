@@ -108,7 +108,7 @@ while IFS= read -r row; do
     ((BASH_REMATCH[2] == 25)) || fail "loops: '$row'"
     awk -v m="${BASH_REMATCH[1]}" -v t="${BASH_REMATCH[3]}" -v b="${BASH_REMATCH[4]}" \
         'BEGIN { if (t <= 0) exit 1
-                 want = m / t   # both printed rounded to 0.01
+                 # time and throughput are both printed rounded to 0.01
                  lo = m / (t + 0.005); hi = t > 0.005 ? m / (t - 0.005) : 1e30
                  exit !(b >= lo - 0.006 && b <= hi + 0.006) }' ||
         fail "throughput is not msize / time: '$row'"
