@@ -23,6 +23,11 @@
 #                  none: no pinning
 #   KEEP=1         keep the temporary directory with all raw outputs
 #   VERBOSE=1      also print every repetition's numbers
+#   SIZES="8 65536 1048576 4194304"   message sizes (a subset of these four)
+#   TOOLS="pscom pscom_sep ucp_pp tag_lat tag_bw"   what runs in each repetition,
+#                  in this order rotated by one per repetition; e.g. the 8 B
+#                  target alone, each pair of runs back to back:
+#                  SIZES=8 TOOLS="pscom_sep tag_lat" R=40 bench/ucp.sh
 #
 # Output: per transport set a table of medians and best-of-R values and the
 # pscom/raw ratios against the targets; see bench/README.md.
@@ -38,10 +43,16 @@ PIN=${PIN:-split}
 KEEP=${KEEP:-0}
 VERBOSE=${VERBOSE:-0}
 TLS=${TLS:-shm tcp}
-SIZES="8 65536 1048576 4194304"
+ALL_SIZES="8 65536 1048576 4194304"
+ALL_TOOLS="pscom pscom_sep ucp_pp tag_lat tag_bw"
+SIZES=${SIZES:-$ALL_SIZES}
+TOOLS=${TOOLS:-$ALL_TOOLS}
 
 [[ $R =~ ^[1-9][0-9]*$ ]] || die "R must be a positive integer (got '$R')"
 [[ $ITERS =~ ^[1-9][0-9]*$ ]] || die "ITERS must be a positive integer (got '$ITERS')"
+for x in $SIZES; do [[ " $ALL_SIZES " == *" $x "* ]] || die "SIZES: $x is not one of $ALL_SIZES"; done
+for x in $TOOLS; do [[ " $ALL_TOOLS " == *" $x "* ]] || die "TOOLS: $x is not one of $ALL_TOOLS"; done
+[[ -n ${SIZES// /} && -n ${TOOLS// /} ]] || die "SIZES and TOOLS must not be empty"
 command -v ucx_perftest >/dev/null || die "ucx_perftest not found (Debian: ucx-utils)"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/pscom-ucp-bench.XXXXXX")
@@ -226,6 +237,14 @@ run_perftest() {
     done
 }
 
+rotate() { # rotate <n> <words...>: the words, rotated left by n
+    local n=$1
+    shift
+    local -a w=("$@")
+    local i k=${#w[@]}
+    for ((i = 0; i < k; i++)); do printf '%s ' "${w[((i + n) % k + k) % k]}"; done
+}
+
 echo "# ucp.sh: R=$R, ITERS=$ITERS, TLS=\"$TLS\", $PIN_DESC" >&2
 echo "# pscom_pp: $PP; $(ucx_info -v | head -n 1)" >&2
 ALL_RESULTS=$RESULTS
@@ -233,13 +252,7 @@ RESULTS=$TMP/results.warmup
 for ((rep = 0; rep <= R; rep++)); do
     ((rep == 1)) && RESULTS=$ALL_RESULTS
     for tls in $TLS; do
-        case $((rep % 5)) in
-        1) order="pscom pscom_sep ucp_pp tag_lat tag_bw" ;;
-        2) order="pscom_sep ucp_pp tag_lat tag_bw pscom" ;;
-        3) order="ucp_pp tag_lat tag_bw pscom pscom_sep" ;;
-        4) order="tag_lat tag_bw pscom pscom_sep ucp_pp" ;;
-        0) order="tag_bw pscom pscom_sep ucp_pp tag_lat" ;;
-        esac
+        order=$(rotate $((rep - 1)) $TOOLS) # rep 1: as given
         for t in $order; do
             case $t in
             pscom | pscom_sep) run_pscom "$tls" "$rep" "$t" ;;
@@ -278,6 +291,33 @@ rep_ratios() { # rep_ratios <tls> <size> <pscom tool> <raw tool>: pscom / raw pe
         END { for (k in p) if ((k in r) && r[k] > 0) print p[k] / r[k] }' "$RESULTS" | sort -g
 }
 
+# Over shared memory the host moves between states in which UCX's own 8 B
+# latency differs by up to 8x (bench/README.md), from one run to the next;
+# the ratio depends on the state, so it is also given per state, taken from
+# tag_lat of the same repetition. Meaningful when the two runs are adjacent
+# (TOOLS="pscom_sep tag_lat"): else they may have met different states.
+state_table() { # state_table <tls>
+    awk -v t="$1" '
+        $1 == t && $4 == 8 && $2 == "pscom_sep" { p[$3] = $5 }
+        $1 == t && $4 == 8 && $2 == "tag_lat" { r[$3] = $5 }
+        function med(a, n,   i, j, x) { # sorts a[1..n]
+            for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j > 0 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }
+        END {
+            split("0 0.12 0.18 0.30 1e9", lim, " ")
+            split("< 0.12 us|0.12-0.18 us|0.18-0.30 us|>= 0.30 us", name, "|")
+            printf "\n8 B by host state (tag_lat of the same repetition): reps, median tag_lat and pscom --sepbuf [us], median sep/tag_lat\n"
+            for (s = 1; s <= 4; s++) {
+                n = 0
+                for (k in p) if ((k in r) && r[k] >= lim[s] && r[k] < lim[s + 1]) { n++; a[n] = r[k]; b[n] = p[k]; q[n] = p[k] / r[k] }
+                if (n) printf "  %-14s %4d %9.3f %9.3f %9.3f\n", name[s], n, med(a, n), med(b, n), med(q, n)
+                else printf "  %-14s %4d %9s %9s %9s\n", name[s], 0, "-", "-", "-"
+                delete a; delete b; delete q
+            }
+        }' "$RESULTS"
+}
+
 fmt() { awk -v x="$1" 'BEGIN { if (x == "nan" || x == "") print "n/a";
     else if (x >= 100) printf "%.0f", x; else if (x >= 10) printf "%.1f", x; else printf "%.3f", x }'; }
 
@@ -314,6 +354,7 @@ for tls in $TLS; do
         line+=$(printf ' %10s %10s %8s %6s %12s' "$(fmt "$rmed")" "$(fmt "$rbest")" "$target" "$verdict" "$(fmt "$rpp")")
         echo "$line"
     done
+    [[ $tls == shm && " $SIZES " == *" 8 "* ]] && state_table "$tls"
 done
 
 if [[ $VERBOSE == 1 ]]; then

@@ -227,6 +227,17 @@ static inline int poll_transports(void)
     return progress;
 }
 
+/* Has a polled transport operations in flight (pscom_poller_t.busy)? */
+static int pollers_busy(void)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &pollers) {
+        pscom_poller_t *p = pscom_list_entry(pos, pscom_poller_t, next);
+        if (p->busy && p->busy(p)) return 1;
+    }
+    return 0;
+}
+
 /* The fd part of a pass (out of line: its event array would make every
  * busy-polling pass pay for a large stack frame). */
 static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
@@ -358,7 +369,13 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
         }
         uint64_t now = pscom_time_us();
         if (!idle_since) idle_since = now;
-        if (now - idle_since < pscom_config.wait_spin_us) continue;
+        uint64_t idle = now - idle_since;
+        if (idle < pscom_config.wait_spin_us) continue;
+        /* ... longer while a polled transport has work in flight that only
+         * its polling moves on */
+        if (idle < (uint64_t)pscom_config.wait_spin_us * PSCOM_WAIT_BUSY_FACTOR && pollers_active &&
+            pollers_busy())
+            continue;
         /* idle for a while: sleep in the kernel until an fd event. Polled
          * transports cannot wake us, so with those we only nap. */
         pscom.stats.sleeps++;

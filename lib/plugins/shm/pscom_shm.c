@@ -925,6 +925,15 @@ static int shm_poll_all(pscom_poller_t *poller)
     return progress;
 }
 
+/* A blocked writer, a copy, helping the peer: a blocking wait polls on
+ * instead of napping (pscom_poller_t.busy). */
+static int shm_busy_any(pscom_poller_t *poller)
+{
+    for (unsigned i = 0; i < shm_polled.n; i++)
+        if (shm_polled.con[i]->busy) return 1;
+    return 0;
+}
+
 static int shm_polled_add(shm_con_t *sc)
 {
     if (shm_polled.n == shm_polled.cap) {
@@ -938,6 +947,7 @@ static int shm_polled_add(shm_con_t *sc)
     shm_polled.con[sc->slot]      = sc;
     if (shm_polled.n == 1) {
         shm_polled.poller.poll = shm_poll_all;
+        shm_polled.poller.busy = shm_busy_any;
         pscom_poller_add(&shm_polled.poller);
     }
     return 0;

@@ -290,6 +290,15 @@ static __attribute__((noinline)) int poll_idle_clock(void)
     return 0;
 }
 
+/* Operations of ours in flight (what keeps the worker from being armed):
+ * a blocking wait must poll, not nap, for them (pscom_poller_t.busy). A
+ * rendezvous over cma, for one, completes without an event on our side
+ * while the peer copies. */
+static int ucp_busy(pscom_poller_t *poller)
+{
+    return ucp_g.inflight > ucp_g.preposts || ucp_g.rx_inflight;
+}
+
 static void efd_handler(pscom_ufd_t *ufd, uint32_t revents)
 {
     ucp_g.must_probe = 1;
@@ -361,6 +370,7 @@ int ucp_worker_ensure(void)
     held      = 0;
     ucp_g.efd         = (pscom_ufd_t){.fd = efd, .events = EPOLLIN, .handler = efd_handler};
     ucp_g.poller.poll = ucp_poll;
+    ucp_g.poller.busy = ucp_busy;
     ucp_g.armed       = 0;
     pscom_poller_add(&ucp_g.poller);
     plog_dbg("ucp: UCX %s, worker address %zu bytes", ucp_get_version_string(), ucp_g.addr_len);

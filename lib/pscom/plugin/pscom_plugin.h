@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 3
+#define PSCOM_PLUGIN_ABI_VERSION 4
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -229,9 +229,17 @@ PSCOM_PLUGIN_API void pscom_ufd_del(pscom_ufd_t *ufd);
 struct pscom_poller {
     /* called on every progress pass; returns non-zero if it made progress */
     int (*poll)(pscom_poller_t *poller);
+    /* optional (NULL: never): non-zero while operations are in flight that
+     * only poll() moves on (a rendezvous the peer is copying, a writer
+     * waiting for ring space). A blocking wait that found nothing to do for
+     * PSP_WAIT_SPIN_US then keeps spinning, up to PSCOM_WAIT_BUSY_FACTOR
+     * times as long, instead of napping 1 ms at a time: a nap would delay
+     * the completion it waits for. Asked only when the wait would nap. */
+    int (*busy)(pscom_poller_t *poller);
     pscom_list_t next;
     int active;
 };
+#define PSCOM_WAIT_BUSY_FACTOR 100
 PSCOM_PLUGIN_API void pscom_poller_add(pscom_poller_t *poller);
 PSCOM_PLUGIN_API void pscom_poller_del(pscom_poller_t *poller);
 
