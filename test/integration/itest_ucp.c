@@ -23,6 +23,13 @@
  *  5. long_headers: xheaders and data around the 1 KiB limit of a MSG
  *     (longer messages, also without data, go as HEAD), up to a 65000-byte
  *     xheader, sent back to back and checked byte by byte.
+ *  6. busy_wait: a blocking wait for a 4 MiB send (a UCX rendezvous in
+ *     flight) whose receiver stays away for BUSY_DELAY_MS polls on and
+ *     never naps (pscom_poller_t.busy; the core's wait naps 1 ms at a time
+ *     after PSP_WAIT_SPIN_US, 1 ms, of nothing to do, and a nap here would
+ *     delay the completion). Counted with the "sleeps:" of
+ *     pscom_dump_reqstat(). The receiver's delay only creates the idle
+ *     period; the order of events is fixed by the control channel.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -31,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TAG_MSG 0x4d534721u
@@ -194,6 +202,70 @@ static int hdr_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- 6. busy_wait ------------------------------------------------------------------ */
+
+#define BUSY_LEN      (4u << 20)
+#define BUSY_DELAY_MS 10
+
+static unsigned long long sleeps_now(void)
+{
+    char *text   = NULL;
+    size_t len   = 0;
+    FILE *f      = open_memstream(&text, &len);
+    TU_ASSERT(f != NULL);
+    pscom_dump_reqstat(f);
+    fclose(f);
+    const char *p = strstr(text, "sleeps:");
+    TU_ASSERT(p != NULL);
+    unsigned long long n = strtoull(p + 7, NULL, 10);
+    free(text);
+    return n;
+}
+
+static int busy_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    unsigned char *buf = tu_malloc(BUSY_LEN);
+    tu_wait_signal(ctx, 1); /* the client's send is posted; no progress here */
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = BUSY_DELAY_MS * 1000000L};
+    while (nanosleep(&ts, &ts) < 0) {
+    }
+    TU_ASSERT_OK(pscom_recv_from(cons[1], NULL, 0, buf, BUSY_LEN));
+    TU_ASSERT_PATTERN(buf, BUSY_LEN, 77);
+    free(buf);
+    tu_send_tag(cons[1], TAG_MSG);
+    pscom_close_connection(cons[1]);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int busy_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    unsigned char *buf      = tu_malloc(BUSY_LEN);
+    tu_fill(buf, BUSY_LEN, 77);
+    pscom_request_t *s = pscom_request_create(0, 0);
+    pscom_req_prepare(s, con, buf, BUSY_LEN, NULL, 0);
+    pscom_post_send(s);
+    unsigned long long before = sleeps_now();
+    tu_signal(ctx, TU_SERVER, 1);
+    pscom_wait(s);
+    unsigned long long naps = sleeps_now() - before;
+    TU_ASSERT_SUCCESSFUL(s);
+    tu_log("naps while the send was in flight: %llu", naps);
+    TU_ASSERT_EQ(naps, 0);
+    pscom_request_free(s);
+    free(buf);
+    tu_wait_tag(con, NULL, TAG_MSG);
+    pscom_close_connection(con);
+    pscom_close_socket(sock);
+    return 0;
+}
+
 /* ---- 3./4. log lines and fallback (one process) ------------------------------ */
 
 static int log_fd = -1, saved_stderr = -1;
@@ -286,6 +358,7 @@ int main(void)
 {
     if (tu_run("ucp_unexpected_inflight", 1, unexp_server, unexp_client, NULL)) return 1;
     if (tu_run("ucp_long_headers", 1, hdr_server, hdr_client, NULL)) return 1;
+    if (tu_run("ucp_busy_wait", 1, busy_server, busy_client, NULL)) return 1;
 
     /* 3: the children inherit this environment (pscom_init after fork) */
     char *tls = getenv("UCX_TLS") ? strdup(getenv("UCX_TLS")) : NULL;
