@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define TAG_MSG 0x4d534721u
@@ -230,9 +229,7 @@ static int busy_server(tu_ctx_t *ctx)
     tu_server_accept_all(ctx, sock, cons);
     unsigned char *buf = tu_malloc(BUSY_LEN);
     tu_wait_signal(ctx, 1); /* the client's send is posted; no progress here */
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = BUSY_DELAY_MS * 1000000L};
-    while (nanosleep(&ts, &ts) < 0) {
-    }
+    tu_pause_ms(BUSY_DELAY_MS);
     TU_ASSERT_OK(pscom_recv_from(cons[1], NULL, 0, buf, BUSY_LEN));
     TU_ASSERT_PATTERN(buf, BUSY_LEN, 77);
     free(buf);

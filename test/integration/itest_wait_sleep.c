@@ -34,13 +34,6 @@ static double cpu_s(void)
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
 }
 
-static void pause_ms(unsigned ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0) {
-    }
-}
-
 /* Receive one uint32_t in a blocking call and check how much CPU the
  * blocked time cost. */
 static void blocked_recv(pscom_connection_t *con, uint32_t expect)
@@ -63,7 +56,7 @@ static int server(tu_ctx_t *ctx)
     tu_server_listen(ctx, sock);
     tu_server_accept_all(ctx, sock, cons);
     blocked_recv(cons[1], 1); /* the client holds its message back */
-    pause_ms(PAUSE_MS);       /* now the client blocks */
+    tu_pause_ms(PAUSE_MS);       /* now the client blocks */
     uint32_t v = 2;
     pscom_send(cons[1], NULL, 0, &v, sizeof(v));
     tu_wait_tag(cons[1], NULL, TAG_END);
@@ -76,7 +69,7 @@ static int client(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
     pscom_connection_t *con = tu_client_connect(ctx, sock);
-    pause_ms(PAUSE_MS); /* the server blocks meanwhile */
+    tu_pause_ms(PAUSE_MS); /* the server blocks meanwhile */
     uint32_t v = 1;
     pscom_send(con, NULL, 0, &v, sizeof(v));
     blocked_recv(con, 2);

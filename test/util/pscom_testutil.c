@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,6 +104,13 @@ void *tu_malloc(size_t size)
     void *p = malloc(size ? size : 1);
     if (!p) TU_FAIL("malloc(%zu) failed", size);
     return p;
+}
+
+void tu_pause_ms(unsigned ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0) {
+    }
 }
 
 /* ------------------------------------------------------------------ */

@@ -194,6 +194,9 @@ void tu_assert_bytes(const char *file, int line, const char *ebuf,
                      const void *buf, size_t len, unsigned char val);
 
 void *tu_malloc(size_t size); /* asserts success */
+/* Stay away from pscom for ms milliseconds, to create an idle period for
+ * the peer (never to order events: that is what the control channel is for). */
+void tu_pause_ms(unsigned ms);
 
 /* ------------------------------------------------------------------ */
 /* Control channel (server <-> client), pipe-like, never pscom        */
