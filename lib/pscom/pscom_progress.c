@@ -373,8 +373,7 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
         if (idle < pscom_config.wait_spin_us) continue;
         /* ... longer while a polled transport has work in flight that only
          * its polling moves on */
-        if (idle < (uint64_t)pscom_config.wait_spin_us * PSCOM_WAIT_BUSY_FACTOR && pollers_active &&
-            pollers_busy())
+        if (idle < (uint64_t)pscom_config.wait_spin_us * PSCOM_WAIT_BUSY_FACTOR && pollers_busy())
             continue;
         /* idle for a while: sleep in the kernel until an fd event. Polled
          * transports cannot wake us, so with those we only nap. */
