@@ -322,6 +322,11 @@ static void queue_eof(pscom_con_t *con)
 
 /* ---- closing ---------------------------------------------------------- */
 
+int pscom_con_closing_gracefully(pscom_con_t *con)
+{
+    return con->eof_sent && con->eof_received;
+}
+
 static void close_transport(pscom_con_t *con)
 {
     if (con->transport_closed) return;

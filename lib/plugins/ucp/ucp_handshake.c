@@ -374,10 +374,11 @@ void ucp_con_close(pscom_con_t *con)
 {
     ucp_con_t *uc = pscom_con_plugin_priv(con);
     if (uc->closed) return;
-    /* graceful: the core closes us after the EOF exchange, from inside one
-     * of our calls, and nothing failed */
-    int graceful = uc->in_core && !uc->error_reported && !uc->ep_failed && !uc->sock_dead &&
-                   !uc->tx_failed && !uc->rx_failed;
+    /* graceful: after the EOF exchange, and nothing of ours failed. Else
+     * (a protocol error in what the peer sent, for one) no goodbye byte:
+     * the peer, perhaps still waiting for our EOF, sees us gone */
+    int graceful = pscom_con_closing_gracefully(con) && !uc->error_reported && !uc->ep_failed &&
+                   !uc->sock_dead && !uc->tx_failed && !uc->rx_failed;
     plog_dbg("%s: ucp: close (%s)", pscom_con_name(con), graceful ? "graceful" : "after an error");
     con_teardown(uc, !graceful);
     if (uc->sock.fd >= 0) {

@@ -90,18 +90,12 @@ static ucp_partial_t *partial_new(char *dst, size_t keep, size_t total)
 
 static int feed(ucp_con_t *uc, const char *buf, size_t len)
 {
-    uc->in_core++;
-    int r = pscom_read_feed(uc->con, buf, len);
-    uc->in_core--;
-    return r || uc->closed;
+    return pscom_read_feed(uc->con, buf, len) || uc->closed;
 }
 
 static int read_done(ucp_con_t *uc, size_t len)
 {
-    uc->in_core++;
-    int r = pscom_read_done(uc->con, len);
-    uc->in_core--;
-    return r || uc->closed;
+    return pscom_read_done(uc->con, len) || uc->closed;
 }
 
 static void rx_fail(ucp_con_t *uc, const char *what, ucs_status_t st)

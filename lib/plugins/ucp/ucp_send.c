@@ -105,10 +105,7 @@ static ucs_status_t post(ucp_con_t *uc, const struct iovec *head, const struct i
 
 static int write_done(ucp_con_t *uc, size_t len)
 {
-    uc->in_core++;
-    int r = pscom_write_done(uc->con, len);
-    uc->in_core--;
-    return r || uc->closed;
+    return pscom_write_done(uc->con, len) || uc->closed;
 }
 
 /* Nothing in flight: hand the oldest queued message to UCX; a message that

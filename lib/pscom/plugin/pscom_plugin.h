@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 4
+#define PSCOM_PLUGIN_ABI_VERSION 5
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -133,6 +133,11 @@ PSCOM_PLUGIN_API pscom_connection_t *pscom_con_pub(pscom_con_t *con);
 PSCOM_PLUGIN_API pscom_sock_t *pscom_con_sock(pscom_con_t *con);
 PSCOM_PLUGIN_API void *pscom_sock_plugin_priv(pscom_sock_t *sock, const pscom_plugin_desc_t *desc);
 PSCOM_PLUGIN_API const char *pscom_con_name(pscom_con_t *con); /* for logs */
+/* In close(): non-zero if the connection ends by the EOF exchange (ours
+ * went out, the peer's arrived), 0 if it ends by an error (the transport's,
+ * a protocol error in what the peer sent, an abort), when the peer may
+ * still be waiting for our EOF and must be told otherwise. */
+PSCOM_PLUGIN_API int pscom_con_closing_gracefully(pscom_con_t *con);
 /* Sends of at least size bytes use the rendezvous protocol on this
  * connection (default: PSP_RENDEZVOUS). Call from con_start. */
 PSCOM_PLUGIN_API void pscom_con_set_rendezvous_size(pscom_con_t *con, size_t size);

@@ -1,0 +1,203 @@
+/*
+ * itest_ucp_garbage: a peer that sends malformed messages over ucp.
+ *
+ * The client corrupts one message on its way out: this executable defines
+ * ucp_tag_send_nbx() itself (it is linked with its symbols exported), so
+ * the plugin's calls land here first (the global scope comes before the
+ * module's own dependencies), and the real one is looked up in the
+ * libucp the module has loaded. Armed in the client only, for the next MSG (one whole pscom
+ * message) it sends:
+ *
+ *   seq_gap      the tag's sequence number one ahead (a message lost)
+ *   bad_kind     a tag kind that does not exist
+ *   stray_data   a DATA message where no HEAD announced one
+ *   short_body   the pscom header claims one data byte more than the
+ *                message holds
+ *   bad_type     a pscom message type that does not exist
+ *   foreign_id   a connection id the receiver does not know: dropped;
+ *                the next (correct) message then shows the gap
+ *
+ * Each time the server's pending receive must end with an error and
+ * con_error must be reported for that connection (never a hang, never
+ * the next message delivered in place of the broken one), the client's
+ * connection must break too, and both processes must go on: the client
+ * connects again and an echo with content checks runs over the new
+ * connection.
+ */
+#define _GNU_SOURCE
+#include "pscom_testutil.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+#include "pscom_wire.h"
+#include "ucp_priv.h"
+
+#define TAG_MSG  0x4d534721u
+#define TAG_ECHO 0x4543484fu
+#define ECHO_LEN 100
+
+enum mode { NONE, SEQ_GAP, BAD_KIND, STRAY_DATA, SHORT_BODY, BAD_TYPE, FOREIGN_ID };
+
+static volatile enum mode arm; /* the next MSG goes out broken */
+static unsigned corrupted;     /* messages broken so far */
+
+__attribute__((visibility("default"))) ucs_status_ptr_t
+ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
+                 const ucp_request_param_t *param)
+{
+    typedef ucs_status_ptr_t (*send_fn)(ucp_ep_h, const void *, size_t, ucp_tag_t,
+                                        const ucp_request_param_t *);
+    static send_fn real;
+    static char copy[UCP_MSG_MAX]; /* outlives the send */
+    if (!real) { /* UCX is local to the plugin module, which has loaded it */
+        void *ucp = dlopen("libucp.so.0", RTLD_LAZY | RTLD_NOLOAD);
+        TU_ASSERT_NOT_NULL(ucp);
+        real = (send_fn)dlsym(ucp, "ucp_tag_send_nbx");
+    }
+    TU_ASSERT_NOT_NULL((void *)real);
+    if (arm == NONE || ucpt_kind(tag) != UCPT_MSG) return real(ep, buffer, count, tag, param);
+
+    TU_ASSERT(count >= PSCOM_WIRE_HEADER_SIZE && count <= sizeof(copy));
+    TU_ASSERT(!(param->op_attr_mask & UCP_OP_ATTR_FIELD_DATATYPE)); /* bytes */
+    memcpy(copy, buffer, count);
+    uint16_t xlen;
+    uint8_t type;
+    uint64_t dlen;
+    pscom_wire_header_decode(copy, &xlen, &type, &dlen);
+    uint64_t id  = ucpt_id(tag);
+    uint32_t seq = ucpt_seq(tag);
+    switch (arm) {
+    case SEQ_GAP: tag = ucpt_make(id, UCPT_MSG, seq + 1); break;
+    case BAD_KIND: tag = ucpt_make(id, UCPT_DATA + 1, seq); break;
+    case STRAY_DATA: tag = ucpt_make(id, UCPT_DATA, seq); break;
+    case SHORT_BODY: pscom_wire_header_encode(copy, xlen, type, dlen + 1); break;
+    case BAD_TYPE: pscom_wire_header_encode(copy, xlen, 0xee, dlen); break;
+    case FOREIGN_ID: tag = ucpt_make(id ^ (UINT64_C(1) << 39), UCPT_MSG, seq); break;
+    case NONE: break;
+    }
+    ucs_status_ptr_t st = real(ep, copy, count, tag, param);
+    if (!UCS_PTR_IS_ERR(st)) { /* else the plugin tries again (e.g. after FORCE_IMM_CMPL) */
+        arm = NONE;
+        corrupted++;
+    }
+    return st;
+}
+
+/* ---- con_error bookkeeping --------------------------------------------------------------- */
+
+static pscom_connection_t *volatile failed_con;
+static volatile int nerrs;
+
+static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    tu_log("con_error: op %d: %s", (int)op, tu_err_str(err));
+    failed_con = con;
+    nerrs++;
+}
+
+/* A receive on con, for any message (xheader up to 16 bytes). */
+static pscom_request_t *post_recv(pscom_connection_t *con, void *buf, size_t len)
+{
+    pscom_request_t *req = pscom_request_create(16, 0);
+    req->connection      = con;
+    req->socket          = con->socket;
+    req->xheader_len     = 16;
+    req->data            = buf;
+    req->data_len        = len;
+    pscom_post_recv(req);
+    return req;
+}
+
+static void expect_failed(pscom_request_t *req, const char *who)
+{
+    pscom_wait(req);
+    TU_ASSERT_MSG((req->state & PSCOM_REQ_STATE_ERROR) && !pscom_req_successful(req),
+                  "%s: the receive did not fail: state [%s], data_len %llu", who,
+                  tu_state_str(req->state), (unsigned long long)req->header.data_len);
+    pscom_request_free(req);
+}
+
+/* ---- roles ------------------------------------------------------------------------------- */
+
+static int server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = on_con_error;
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+
+    /* the broken message (and, for foreign_id, the good one after it) */
+    unsigned char buf[ECHO_LEN];
+    memset(buf, 0xee, sizeof(buf));
+    pscom_request_t *req = post_recv(cons[1], buf, sizeof(buf));
+    expect_failed(req, "server");
+    TU_ASSERT_BYTES(buf, sizeof(buf), 0xee); /* nothing delivered in its place */
+    while (failed_con != cons[1])
+        pscom_wait_any();
+    pscom_close_connection(cons[1]);
+
+    /* the client comes back: echo over the new connection */
+    tu_server_accept_all(ctx, sock, cons);
+    uint32_t tag = TAG_ECHO;
+    TU_ASSERT_OK(pscom_recv_from(cons[1], &tag, sizeof(tag), buf, sizeof(buf)));
+    TU_ASSERT_PATTERN(buf, sizeof(buf), 5);
+    pscom_send(cons[1], &tag, sizeof(tag), buf, sizeof(buf));
+    tu_wait_tag(cons[1], NULL, TAG_MSG); /* the client has its echo */
+    pscom_close_connection(cons[1]);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static enum mode run_mode; /* of this run (set before the roles fork) */
+
+static int client(tu_ctx_t *ctx)
+{
+    enum mode mode = run_mode;
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error     = on_con_error;
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+
+    unsigned char data[ECHO_LEN];
+    tu_fill(data, sizeof(data), 4);
+    uint32_t tag = TAG_MSG;
+    arm          = mode;
+    pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
+    TU_ASSERT_EQ(corrupted, 1);
+    if (mode == FOREIGN_ID) pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
+    TU_ASSERT_EQ(corrupted, 1);
+
+    /* the server gives up on the connection: so do we */
+    unsigned char buf[ECHO_LEN];
+    expect_failed(post_recv(con, buf, sizeof(buf)), "client");
+    while (failed_con != con)
+        pscom_wait_any();
+    pscom_close_connection(con);
+
+    con = tu_client_connect(ctx, sock);
+    tu_fill(data, sizeof(data), 5);
+    tag = TAG_ECHO;
+    pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
+    memset(buf, 0, sizeof(buf));
+    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
+    TU_ASSERT_PATTERN(buf, sizeof(buf), 5);
+    tu_send_tag(con, TAG_MSG);
+    pscom_close_connection(con);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const names[] = {
+        [SEQ_GAP] = "ucp_garbage_seq_gap",       [BAD_KIND] = "ucp_garbage_bad_kind",
+        [STRAY_DATA] = "ucp_garbage_stray_data", [SHORT_BODY] = "ucp_garbage_short_body",
+        [BAD_TYPE] = "ucp_garbage_bad_type",     [FOREIGN_ID] = "ucp_garbage_foreign_id",
+    };
+    for (run_mode = SEQ_GAP; run_mode <= FOREIGN_ID; run_mode++) {
+        if (argc > 1 && strcmp(argv[1], names[run_mode])) continue; /* one case only */
+        if (tu_run(names[run_mode], 1, server, client, NULL)) return 1;
+    }
+    return 0;
+}
