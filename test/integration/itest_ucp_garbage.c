@@ -5,8 +5,8 @@
  * ucp_tag_send_nbx() itself (it is linked with its symbols exported), so
  * the plugin's calls land here first (the global scope comes before the
  * module's own dependencies), and the real one is looked up in the
- * libucp the module has loaded. Armed in the client only, for the next MSG (one whole pscom
- * message) it sends:
+ * libucp the module has loaded. Armed in the client only, it breaks the
+ * next MSG (one whole pscom message of MSG_LEN data bytes):
  *
  *   seq_gap      the tag's sequence number one ahead (a message lost)
  *   bad_kind     a tag kind that does not exist
@@ -17,9 +17,15 @@
  *   foreign_id   a connection id the receiver does not know: dropped;
  *                the next (correct) message then shows the gap
  *
+ * or the next DATA (the payload of a message of BIG_LEN bytes, which goes
+ * as HEAD + DATA; the receiver has posted a receive for it by its tag):
+ *
+ *   data_short   one byte less than its HEAD announced
+ *   data_long    one byte more
+ *
  * Each time the server's pending receive must end with an error and
  * con_error must be reported for that connection (never a hang, never
- * the next message delivered in place of the broken one), the client's
+ * the next message delivered in place of a broken MSG), the client's
  * connection must break too, and both processes must go on: the client
  * connects again and an echo with content checks runs over the new
  * connection.
@@ -35,11 +41,23 @@
 
 #define TAG_MSG  0x4d534721u
 #define TAG_ECHO 0x4543484fu
-#define ECHO_LEN 100
+#define MSG_LEN  100  /* goes as one MSG */
+#define BIG_LEN  1000 /* goes as HEAD + DATA (above PSP_UCP_SMALL_MSG_LEN) */
+#define DATA_MAX 4096
 
-enum mode { NONE, SEQ_GAP, BAD_KIND, STRAY_DATA, SHORT_BODY, BAD_TYPE, FOREIGN_ID };
+enum mode {
+    NONE,
+    SEQ_GAP,
+    BAD_KIND,
+    STRAY_DATA,
+    SHORT_BODY,
+    BAD_TYPE,
+    FOREIGN_ID,
+    DATA_SHORT, /* from here on: a DATA is broken */
+    DATA_LONG,
+};
 
-static volatile enum mode arm; /* the next MSG goes out broken */
+static volatile enum mode arm; /* the next MSG (or DATA) goes out broken */
 static unsigned corrupted;     /* messages broken so far */
 
 __attribute__((visibility("default"))) ucs_status_ptr_t
@@ -49,18 +67,20 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
     typedef ucs_status_ptr_t (*send_fn)(ucp_ep_h, const void *, size_t, ucp_tag_t,
                                         const ucp_request_param_t *);
     static send_fn real;
-    static char copy[UCP_MSG_MAX]; /* outlives the send */
+    static char copy[DATA_MAX + 1]; /* outlives the send */
     if (!real) { /* UCX is local to the plugin module, which has loaded it */
         void *ucp = dlopen("libucp.so.0", RTLD_LAZY | RTLD_NOLOAD);
         TU_ASSERT_NOT_NULL(ucp);
         real = (send_fn)dlsym(ucp, "ucp_tag_send_nbx");
     }
     TU_ASSERT_NOT_NULL((void *)real);
-    if (arm == NONE || ucpt_kind(tag) != UCPT_MSG) return real(ep, buffer, count, tag, param);
+    if (arm == NONE || ucpt_kind(tag) != (arm >= DATA_SHORT ? UCPT_DATA : UCPT_MSG))
+        return real(ep, buffer, count, tag, param);
 
-    TU_ASSERT(count >= PSCOM_WIRE_HEADER_SIZE && count <= sizeof(copy));
+    TU_ASSERT(count >= PSCOM_WIRE_HEADER_SIZE && count < sizeof(copy));
     TU_ASSERT(!(param->op_attr_mask & UCP_OP_ATTR_FIELD_DATATYPE)); /* bytes */
     memcpy(copy, buffer, count);
+    copy[count] = 0x55;
     uint16_t xlen;
     uint8_t type;
     uint64_t dlen;
@@ -74,6 +94,8 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
     case SHORT_BODY: pscom_wire_header_encode(copy, xlen, type, dlen + 1); break;
     case BAD_TYPE: pscom_wire_header_encode(copy, xlen, 0xee, dlen); break;
     case FOREIGN_ID: tag = ucpt_make(id ^ (UINT64_C(1) << 39), UCPT_MSG, seq); break;
+    case DATA_SHORT: count--; break;
+    case DATA_LONG: count++; break;
     case NONE: break;
     }
     ucs_status_ptr_t st = real(ep, copy, count, tag, param);
@@ -118,6 +140,8 @@ static void expect_failed(pscom_request_t *req, const char *who)
     pscom_request_free(req);
 }
 
+static enum mode run_mode; /* of this run (set before the roles fork) */
+
 /* ---- roles ------------------------------------------------------------------------------- */
 
 static int server(tu_ctx_t *ctx)
@@ -129,11 +153,13 @@ static int server(tu_ctx_t *ctx)
     tu_server_accept_all(ctx, sock, cons);
 
     /* the broken message (and, for foreign_id, the good one after it) */
-    unsigned char buf[ECHO_LEN];
+    static unsigned char buf[DATA_MAX];
     memset(buf, 0xee, sizeof(buf));
     pscom_request_t *req = post_recv(cons[1], buf, sizeof(buf));
     expect_failed(req, "server");
-    TU_ASSERT_BYTES(buf, sizeof(buf), 0xee); /* nothing delivered in its place */
+    /* nothing delivered in place of a broken MSG (a DATA goes straight
+     * into the buffer, and may have arrived in part) */
+    if (run_mode < DATA_SHORT) TU_ASSERT_BYTES(buf, sizeof(buf), 0xee);
     while (failed_con != cons[1])
         pscom_wait_any();
     pscom_close_connection(cons[1]);
@@ -141,16 +167,14 @@ static int server(tu_ctx_t *ctx)
     /* the client comes back: echo over the new connection */
     tu_server_accept_all(ctx, sock, cons);
     uint32_t tag = TAG_ECHO;
-    TU_ASSERT_OK(pscom_recv_from(cons[1], &tag, sizeof(tag), buf, sizeof(buf)));
-    TU_ASSERT_PATTERN(buf, sizeof(buf), 5);
-    pscom_send(cons[1], &tag, sizeof(tag), buf, sizeof(buf));
+    TU_ASSERT_OK(pscom_recv_from(cons[1], &tag, sizeof(tag), buf, MSG_LEN));
+    TU_ASSERT_PATTERN(buf, MSG_LEN, 5);
+    pscom_send(cons[1], &tag, sizeof(tag), buf, MSG_LEN);
     tu_wait_tag(cons[1], NULL, TAG_MSG); /* the client has its echo */
     pscom_close_connection(cons[1]);
     pscom_close_socket(sock);
     return 0;
 }
-
-static enum mode run_mode; /* of this run (set before the roles fork) */
 
 static int client(tu_ctx_t *ctx)
 {
@@ -159,26 +183,27 @@ static int client(tu_ctx_t *ctx)
     sock->ops.con_error     = on_con_error;
     pscom_connection_t *con = tu_client_connect(ctx, sock);
 
-    unsigned char data[ECHO_LEN];
-    tu_fill(data, sizeof(data), 4);
+    unsigned char data[BIG_LEN];
+    size_t len = mode >= DATA_SHORT ? BIG_LEN : MSG_LEN;
+    tu_fill(data, len, 4);
     uint32_t tag = TAG_MSG;
     arm          = mode;
-    pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
+    pscom_send(con, &tag, sizeof(tag), data, len);
     TU_ASSERT_EQ(corrupted, 1);
-    if (mode == FOREIGN_ID) pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
+    if (mode == FOREIGN_ID) pscom_send(con, &tag, sizeof(tag), data, len);
     TU_ASSERT_EQ(corrupted, 1);
 
     /* the server gives up on the connection: so do we */
-    unsigned char buf[ECHO_LEN];
+    unsigned char buf[MSG_LEN];
     expect_failed(post_recv(con, buf, sizeof(buf)), "client");
     while (failed_con != con)
         pscom_wait_any();
     pscom_close_connection(con);
 
     con = tu_client_connect(ctx, sock);
-    tu_fill(data, sizeof(data), 5);
+    tu_fill(data, MSG_LEN, 5);
     tag = TAG_ECHO;
-    pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
+    pscom_send(con, &tag, sizeof(tag), data, MSG_LEN);
     memset(buf, 0, sizeof(buf));
     TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
     TU_ASSERT_PATTERN(buf, sizeof(buf), 5);
@@ -194,8 +219,9 @@ int main(int argc, char **argv)
         [SEQ_GAP] = "ucp_garbage_seq_gap",       [BAD_KIND] = "ucp_garbage_bad_kind",
         [STRAY_DATA] = "ucp_garbage_stray_data", [SHORT_BODY] = "ucp_garbage_short_body",
         [BAD_TYPE] = "ucp_garbage_bad_type",     [FOREIGN_ID] = "ucp_garbage_foreign_id",
+        [DATA_SHORT] = "ucp_garbage_data_short", [DATA_LONG] = "ucp_garbage_data_long",
     };
-    for (run_mode = SEQ_GAP; run_mode <= FOREIGN_ID; run_mode++) {
+    for (run_mode = SEQ_GAP; run_mode <= DATA_LONG; run_mode++) {
         if (argc > 1 && strcmp(argv[1], names[run_mode])) continue; /* one case only */
         if (tu_run(names[run_mode], 1, server, client, NULL)) return 1;
     }
