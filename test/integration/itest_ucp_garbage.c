@@ -22,19 +22,27 @@
  *
  *   data_short   one byte less than its HEAD announced
  *   data_long    one byte more
+ *   data_as_msg  with the tag kind of a MSG
  *
  * Each time the server's pending receive must end with an error and
  * con_error must be reported for that connection (never a hang, never
  * the next message delivered in place of a broken MSG), the client's
  * connection must break too, and both processes must go on: the client
  * connects again and an echo with content checks runs over the new
- * connection.
+ * connection. The plugin's decision at close, read from each process's
+ * log (PSP_DEBUG=4 into PSP_DEBUG_OUT): "after an error" for the broken
+ * connection on both sides (so that no goodbye byte tells the peer all
+ * was well), "graceful" for the new one, closed properly.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pscom_wire.h"
 #include "ucp_priv.h"
@@ -55,6 +63,7 @@ enum mode {
     FOREIGN_ID,
     DATA_SHORT, /* from here on: a DATA is broken */
     DATA_LONG,
+    DATA_AS_MSG,
 };
 
 static volatile enum mode arm; /* the next MSG (or DATA) goes out broken */
@@ -96,6 +105,7 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
     case FOREIGN_ID: tag = ucpt_make(id ^ (UINT64_C(1) << 39), UCPT_MSG, seq); break;
     case DATA_SHORT: count--; break;
     case DATA_LONG: count++; break;
+    case DATA_AS_MSG: tag = ucpt_make(id, UCPT_MSG, seq); break;
     case NONE: break;
     }
     ucs_status_ptr_t st = real(ep, copy, count, tag, param);
@@ -116,6 +126,56 @@ static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err
     tu_log("con_error: op %d: %s", (int)op, tu_err_str(err));
     failed_con = con;
     nerrs++;
+}
+
+/* ---- this process's log ------------------------------------------------------------------ */
+
+#define CLOSE_ERROR    "ucp: close (after an error)"
+#define CLOSE_GRACEFUL "ucp: close (graceful)"
+
+static const char *log_dir(void)
+{
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
+static void log_path(char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/itest_ucp_garbage.%d.log", log_dir(), (int)getpid());
+}
+
+static int log_count(const char *needle)
+{
+    char path[512];
+    log_path(path, sizeof(path));
+    int fd = open(path, O_RDONLY);
+    TU_ASSERT_MSG(fd >= 0, "no log at %s", path);
+    char *text = tu_read_fd(fd);
+    close(fd);
+    int n = tu_count(text, needle);
+    free(text);
+    return n;
+}
+
+/* Until the connection just closed has been closed gracefully: then the
+ * log holds the whole story of both connections. */
+static void log_check_end(void)
+{
+    tu_step("waiting for the log line '%s'", CLOSE_GRACEFUL);
+    while (log_count(CLOSE_GRACEFUL) < 1) pscom_wait_any();
+    TU_ASSERT_EQ(log_count(CLOSE_GRACEFUL), 1);
+    TU_ASSERT_EQ(log_count(CLOSE_ERROR), 1);
+    char path[512];
+    log_path(path, sizeof(path));
+    int fd = open(path, O_RDONLY);
+    TU_ASSERT(fd >= 0);
+    char *text = tu_read_fd(fd);
+    close(fd);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strstr(line, "error")) tu_log("log: %s", line);
+    }
+    free(text);
+    unlink(path);
 }
 
 /* A receive on con, for any message (xheader up to 16 bytes). */
@@ -152,7 +212,10 @@ static int server(tu_ctx_t *ctx)
     tu_server_listen(ctx, sock);
     tu_server_accept_all(ctx, sock, cons);
 
-    /* the broken message (and, for foreign_id, the good one after it) */
+    /* the broken message (and, for foreign_id, the good one after it),
+     * received only once the client has sent it: so that UCX has it (a
+     * DATA along with its HEAD) when our plugin asks for it */
+    tu_wait_signal(ctx, 1);
     static unsigned char buf[DATA_MAX];
     memset(buf, 0xee, sizeof(buf));
     pscom_request_t *req = post_recv(cons[1], buf, sizeof(buf));
@@ -162,6 +225,8 @@ static int server(tu_ctx_t *ctx)
     if (run_mode < DATA_SHORT) TU_ASSERT_BYTES(buf, sizeof(buf), 0xee);
     while (failed_con != cons[1])
         pscom_wait_any();
+    TU_ASSERT_EQ(log_count(CLOSE_ERROR), 1);
+    TU_ASSERT_EQ(log_count(CLOSE_GRACEFUL), 0);
     pscom_close_connection(cons[1]);
 
     /* the client comes back: echo over the new connection */
@@ -172,6 +237,7 @@ static int server(tu_ctx_t *ctx)
     pscom_send(cons[1], &tag, sizeof(tag), buf, MSG_LEN);
     tu_wait_tag(cons[1], NULL, TAG_MSG); /* the client has its echo */
     pscom_close_connection(cons[1]);
+    log_check_end();
     pscom_close_socket(sock);
     return 0;
 }
@@ -192,12 +258,15 @@ static int client(tu_ctx_t *ctx)
     TU_ASSERT_EQ(corrupted, 1);
     if (mode == FOREIGN_ID) pscom_send(con, &tag, sizeof(tag), data, len);
     TU_ASSERT_EQ(corrupted, 1);
+    tu_signal(ctx, TU_SERVER, 1);
 
     /* the server gives up on the connection: so do we */
     unsigned char buf[MSG_LEN];
     expect_failed(post_recv(con, buf, sizeof(buf)), "client");
     while (failed_con != con)
         pscom_wait_any();
+    TU_ASSERT_EQ(log_count(CLOSE_ERROR), 1);
+    TU_ASSERT_EQ(log_count(CLOSE_GRACEFUL), 0);
     pscom_close_connection(con);
 
     con = tu_client_connect(ctx, sock);
@@ -209,6 +278,7 @@ static int client(tu_ctx_t *ctx)
     TU_ASSERT_PATTERN(buf, sizeof(buf), 5);
     tu_send_tag(con, TAG_MSG);
     pscom_close_connection(con);
+    log_check_end();
     pscom_close_socket(sock);
     return 0;
 }
@@ -220,8 +290,14 @@ int main(int argc, char **argv)
         [STRAY_DATA] = "ucp_garbage_stray_data", [SHORT_BODY] = "ucp_garbage_short_body",
         [BAD_TYPE] = "ucp_garbage_bad_type",     [FOREIGN_ID] = "ucp_garbage_foreign_id",
         [DATA_SHORT] = "ucp_garbage_data_short", [DATA_LONG] = "ucp_garbage_data_long",
+        [DATA_AS_MSG] = "ucp_garbage_data_as_msg",
     };
-    for (run_mode = SEQ_GAP; run_mode <= DATA_LONG; run_mode++) {
+    /* every process logs its close decisions into a file of its own */
+    char out[512];
+    snprintf(out, sizeof(out), "%s/itest_ucp_garbage.$$.log", log_dir());
+    setenv("PSP_DEBUG_OUT", out, 1);
+    setenv("PSP_DEBUG", "4", 1);
+    for (run_mode = SEQ_GAP; run_mode <= DATA_AS_MSG; run_mode++) {
         if (argc > 1 && strcmp(argv[1], names[run_mode])) continue; /* one case only */
         if (tu_run(names[run_mode], 1, server, client, NULL)) return 1;
     }

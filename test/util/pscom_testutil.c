@@ -113,6 +113,33 @@ void tu_pause_ms(unsigned ms)
     }
 }
 
+char *tu_read_fd(int fd)
+{
+    size_t len = 0, cap = 4096;
+    char *text = tu_malloc(cap);
+    ssize_t n;
+    while ((n = pread(fd, text + len, cap - len - 1, (off_t)len)) != 0) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) TU_FAIL("pread: %s", strerror(errno));
+        len += (size_t)n;
+        if (cap - len < 2) {
+            cap *= 2;
+            text = realloc(text, cap);
+            if (!text) TU_FAIL("realloc(%zu) failed", cap);
+        }
+    }
+    text[len] = 0;
+    return text;
+}
+
+int tu_count(const char *text, const char *needle)
+{
+    int n        = 0;
+    size_t nlen = strlen(needle);
+    for (const char *p = text; nlen && (p = strstr(p, needle)); p += nlen) n++;
+    return n;
+}
+
 /* ------------------------------------------------------------------ */
 /* Content patterns                                                   */
 /* ------------------------------------------------------------------ */

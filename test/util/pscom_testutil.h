@@ -197,6 +197,10 @@ void *tu_malloc(size_t size); /* asserts success */
 /* Stay away from pscom for ms milliseconds, to create an idle period for
  * the peer (never to order events: that is what the control channel is for). */
 void tu_pause_ms(unsigned ms);
+/* The content of the file at fd (from offset 0), NUL-terminated (malloc'ed). */
+char *tu_read_fd(int fd);
+/* Occurrences of needle in text. */
+int tu_count(const char *text, const char *needle);
 
 /* ------------------------------------------------------------------ */
 /* Control channel (server <-> client), pipe-like, never pscom        */

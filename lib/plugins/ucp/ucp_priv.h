@@ -55,6 +55,8 @@ static inline ucp_tag_t ucpt_make(uint64_t id, unsigned kind, uint32_t seq)
     return (id & UCPT_ID_MASK) | ((uint64_t)kind << UCPT_KIND_SHIFT) |
            ((uint64_t)(seq & UCPT_SEQ_MASK) << UCPT_SEQ_SHIFT);
 }
+/* a tag mask for the connection id and the sequence number, any kind */
+#define UCPT_ID_SEQ_MASK (~(UCPT_KIND_MASK << UCPT_KIND_SHIFT))
 static inline uint64_t ucpt_id(ucp_tag_t t) { return t & UCPT_ID_MASK; }
 static inline unsigned ucpt_kind(ucp_tag_t t) { return (unsigned)((t >> UCPT_KIND_SHIFT) & UCPT_KIND_MASK); }
 static inline uint32_t ucpt_seq(ucp_tag_t t) { return (uint32_t)(t >> UCPT_SEQ_SHIFT) & UCPT_SEQ_MASK; }

@@ -322,13 +322,32 @@ static int post_msg(ucp_con_t *uc, ucp_tag_message_h msg, size_t len, unsigned k
     return deliver(uc, uc->rxbuf, len, kind);
 }
 
+static int rx_handle(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
+
+/* The connection's next message if UCX has it already (removed from UCX's
+ * unexpected queue, with its length in *info), or NULL. What is there is
+ * taken as probed, never by a receive posted for its tag: UCX 1.13 does not
+ * fill recv_info when such a receive completes at once, so the length of a
+ * message taken that way could not be checked (a peer's short DATA or MSG
+ * would be delivered with stale bytes at its end). After a miss, a receive
+ * posted by tag cannot complete at once (posting does not progress the
+ * worker). Any kind: a wrong one is the peer's protocol error. */
+static inline ucp_tag_message_h rx_next_there(ucp_con_t *uc, ucp_tag_recv_info_t *info)
+{
+    return ucp_tag_probe_nb(ucp_g.worker, ucpt_make(uc->id, 0, uc->rx_seq), UCPT_ID_SEQ_MASK, 1,
+                            info);
+}
+
 /* A HEAD was delivered: unless its DATA was taken from UCX already (then it
- * waits in the stash), post the receive for it by tag now, so that UCX can
- * put the payload in place as it arrives instead of buffering it as an
- * unexpected message first. */
+ * waits in the stash, or is handled now), post the receive for it by tag
+ * now, so that UCX can put the payload in place as it arrives instead of
+ * buffering it as an unexpected message first. */
 static int data_early(ucp_con_t *uc)
 {
     if (!uc->rx_data_len || uc->rx_req || uc->closed || !pscom_list_empty(&uc->stash)) return 0;
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg = rx_next_there(uc, &info);
+    if (msg) return rx_handle(uc, msg, &info);
     uc->rx_seq++;
     return post_data(uc, NULL, uc->rx_data_len);
 }
@@ -340,7 +359,8 @@ static int data_early(ucp_con_t *uc)
  * connection's receive buffer. UCX then places a small message directly
  * (as for an application's pre-posted receive) instead of queueing it as
  * unexpected for our probe. A HEAD that arrives instead is probed as usual;
- * ucp_rx_arrived() then cancels the pre-posted receive first.
+ * ucp_rx_arrived() then cancels the pre-posted receive first. A message
+ * that is there already is handled as probed (rx_next_there).
  * Returns 1 when posted (pending) or the connection stopped reading, 0
  * when a message was delivered at once (the caller looks again).
  */
@@ -356,6 +376,9 @@ static int rx_prepost(ucp_con_t *uc)
     if (uc->rx_req || uc->rx_data_len || uc->rx_failed || uc->closed || !uc->started ||
         !pscom_list_empty(&uc->stash))
         return 1;
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg = rx_next_there(uc, &info);
+    if (msg) return rx_handle(uc, msg, &info);
     if (!uc->rxbuf) {
         uc->rxbuf = malloc(RXBUF_MIN);
         if (!uc->rxbuf) return 1; /* then MSGs are probed */
@@ -380,8 +403,9 @@ static int rx_prepost(ucp_con_t *uc)
         rx_fail(uc, "receive", UCS_PTR_STATUS(st));
         return 1;
     }
-    /* it was there already. UCX 1.13 does not always fill info then: the
-     * length is the header's (deliver() checks it against UCP_MSG_MAX) */
+    /* completed at once: not expected after rx_next_there()'s miss. UCX
+     * 1.13 does not fill info then: the length is the header's (deliver()
+     * checks it against UCP_MSG_MAX) */
     size_t xlen, dlen;
     pscom_wire_header_get(uc->rxbuf, &xlen, &dlen);
     uc->rx_seq++;
@@ -491,6 +515,16 @@ void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
     ucp_con_t *uc = ucp_con_lookup(ucpt_id(info->sender_tag));
     if (!uc || uc->closed) {
         ucp_rx_discard(msg, info);
+        return;
+    }
+    if (uc->rx_req && uc->rx_req->type == UCP_REQ_DATA &&
+        ucpt_seq(info->sender_tag) == ((uc->rx_seq - 1) & UCPT_SEQ_MASK)) {
+        /* the DATA we receive by its tag would have matched: something else */
+        plog_err("%s: ucp: protocol error: message kind %u len %zu where a DATA was due",
+                 pscom_con_name(uc->con), ucpt_kind(info->sender_tag), info->length);
+        ucp_rx_discard(msg, info);
+        uc->rx_failed = 1;
+        ucp_failed(uc);
         return;
     }
     if (uc->rx_req && uc->rx_req->type == UCP_REQ_PREPOST && !uc->rx_busy) prepost_cancel(uc);
