@@ -23,6 +23,8 @@
  *   data_short   one byte less than its HEAD announced
  *   data_long    one byte more
  *   data_as_msg  with the tag kind of a MSG
+ *   rndv_short   a DATA of RNDV_LEN bytes (UCX's rendezvous) one byte
+ *                shorter than announced
  *
  * Each time the server's pending receive must end with an error and
  * con_error must be reported for that connection (never a hang, never
@@ -51,7 +53,8 @@
 #define TAG_ECHO 0x4543484fu
 #define MSG_LEN  100  /* goes as one MSG */
 #define BIG_LEN  1000 /* goes as HEAD + DATA (above PSP_UCP_SMALL_MSG_LEN) */
-#define DATA_MAX 4096
+#define RNDV_LEN (1u << 20) /* DATA by UCX's rendezvous protocol */
+#define DATA_MAX (RNDV_LEN + 64)
 
 enum mode {
     NONE,
@@ -64,6 +67,7 @@ enum mode {
     DATA_SHORT, /* from here on: a DATA is broken */
     DATA_LONG,
     DATA_AS_MSG,
+    RNDV_SHORT,
 };
 
 static volatile enum mode arm; /* the next MSG (or DATA) goes out broken */
@@ -76,7 +80,7 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
     typedef ucs_status_ptr_t (*send_fn)(ucp_ep_h, const void *, size_t, ucp_tag_t,
                                         const ucp_request_param_t *);
     static send_fn real;
-    static char copy[DATA_MAX + 1]; /* outlives the send */
+    static char *copy; /* outlives the send: one broken message per process */
     if (!real) { /* UCX is local to the plugin module, which has loaded it */
         void *ucp = dlopen("libucp.so.0", RTLD_LAZY | RTLD_NOLOAD);
         TU_ASSERT_NOT_NULL(ucp);
@@ -86,8 +90,10 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
     if (arm == NONE || ucpt_kind(tag) != (arm >= DATA_SHORT ? UCPT_DATA : UCPT_MSG))
         return real(ep, buffer, count, tag, param);
 
-    TU_ASSERT(count >= PSCOM_WIRE_HEADER_SIZE && count < sizeof(copy));
+    TU_ASSERT(count >= PSCOM_WIRE_HEADER_SIZE);
     TU_ASSERT(!(param->op_attr_mask & UCP_OP_ATTR_FIELD_DATATYPE)); /* bytes */
+    if (!copy) copy = tu_malloc(DATA_MAX + 1);
+    TU_ASSERT(count <= DATA_MAX);
     memcpy(copy, buffer, count);
     copy[count] = 0x55;
     uint16_t xlen;
@@ -103,7 +109,8 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
     case SHORT_BODY: pscom_wire_header_encode(copy, xlen, type, dlen + 1); break;
     case BAD_TYPE: pscom_wire_header_encode(copy, xlen, 0xee, dlen); break;
     case FOREIGN_ID: tag = ucpt_make(id ^ (UINT64_C(1) << 39), UCPT_MSG, seq); break;
-    case DATA_SHORT: count--; break;
+    case DATA_SHORT:
+    case RNDV_SHORT: count--; break;
     case DATA_LONG: count++; break;
     case DATA_AS_MSG: tag = ucpt_make(id, UCPT_MSG, seq); break;
     case NONE: break;
@@ -172,7 +179,7 @@ static void log_check_end(void)
     char *text = tu_read_fd(fd);
     close(fd);
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        if (strstr(line, "error")) tu_log("log: %s", line);
+        if (strstr(line, "error") || strstr(line, "ucp: receive")) tu_log("log: %s", line);
     }
     free(text);
     unlink(path);
@@ -249,16 +256,21 @@ static int client(tu_ctx_t *ctx)
     sock->ops.con_error     = on_con_error;
     pscom_connection_t *con = tu_client_connect(ctx, sock);
 
-    unsigned char data[BIG_LEN];
-    size_t len = mode >= DATA_SHORT ? BIG_LEN : MSG_LEN;
+    size_t len          = mode == RNDV_SHORT ? RNDV_LEN : mode >= DATA_SHORT ? BIG_LEN : MSG_LEN;
+    unsigned char *data = tu_malloc(len);
     tu_fill(data, len, 4);
     uint32_t tag = TAG_MSG;
     arm          = mode;
-    pscom_send(con, &tag, sizeof(tag), data, len);
+    /* not blocking: a rendezvous send ends only when the server receives */
+    pscom_request_t *s = pscom_request_create(sizeof(tag), 0);
+    pscom_req_prepare(s, con, data, len, &tag, sizeof(tag));
+    pscom_post_send(s);
     TU_ASSERT_EQ(corrupted, 1);
     if (mode == FOREIGN_ID) pscom_send(con, &tag, sizeof(tag), data, len);
     TU_ASSERT_EQ(corrupted, 1);
     tu_signal(ctx, TU_SERVER, 1);
+    pscom_wait(s); /* either way: the server may fail the connection first */
+    pscom_request_free(s);
 
     /* the server gives up on the connection: so do we */
     unsigned char buf[MSG_LEN];
@@ -280,6 +292,7 @@ static int client(tu_ctx_t *ctx)
     pscom_close_connection(con);
     log_check_end();
     pscom_close_socket(sock);
+    free(data);
     return 0;
 }
 
@@ -290,14 +303,14 @@ int main(int argc, char **argv)
         [STRAY_DATA] = "ucp_garbage_stray_data", [SHORT_BODY] = "ucp_garbage_short_body",
         [BAD_TYPE] = "ucp_garbage_bad_type",     [FOREIGN_ID] = "ucp_garbage_foreign_id",
         [DATA_SHORT] = "ucp_garbage_data_short", [DATA_LONG] = "ucp_garbage_data_long",
-        [DATA_AS_MSG] = "ucp_garbage_data_as_msg",
+        [DATA_AS_MSG] = "ucp_garbage_data_as_msg", [RNDV_SHORT] = "ucp_garbage_rndv_short",
     };
     /* every process logs its close decisions into a file of its own */
     char out[512];
     snprintf(out, sizeof(out), "%s/itest_ucp_garbage.$$.log", log_dir());
     setenv("PSP_DEBUG_OUT", out, 1);
     setenv("PSP_DEBUG", "4", 1);
-    for (run_mode = SEQ_GAP; run_mode <= DATA_AS_MSG; run_mode++) {
+    for (run_mode = SEQ_GAP; run_mode <= RNDV_SHORT; run_mode++) {
         if (argc > 1 && strcmp(argv[1], names[run_mode])) continue; /* one case only */
         if (tu_run(names[run_mode], 1, server, client, NULL)) return 1;
     }

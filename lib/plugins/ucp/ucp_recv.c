@@ -98,6 +98,15 @@ static int read_done(ucp_con_t *uc, size_t len)
     return pscom_read_done(uc->con, len) || uc->closed;
 }
 
+/* why a DATA receive failed with st (a peer's DATA of another length than
+ * its HEAD announced ends it as truncated) */
+static const char *data_what(ucs_status_t st)
+{
+    return st == UCS_ERR_MESSAGE_TRUNCATED
+               ? "protocol error: a DATA of another length than its HEAD announced"
+               : "receive";
+}
+
 static void rx_fail(ucp_con_t *uc, const char *what, ucs_status_t st)
 {
     if (st == UCS_ERR_CANCELED || uc->ep_failed || uc->sock_dead) {
@@ -272,7 +281,7 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
     }
     free(p);
     if (UCS_PTR_STATUS(st) != UCS_OK) {
-        rx_fail(uc, "receive", UCS_PTR_STATUS(st));
+        rx_fail(uc, data_what(UCS_PTR_STATUS(st)), UCS_PTR_STATUS(st));
         return 1;
     }
     return data_done(uc, len, keep);
@@ -562,8 +571,9 @@ void ucp_rx_pump(ucp_con_t *uc)
             size_t len          = r->len;
             unsigned kind       = r->slot;
             if (status != UCS_OK) {
+                int data = r->type == UCP_REQ_DATA;
                 ucp_req_release(r);
-                rx_fail(uc, "receive", status);
+                rx_fail(uc, data ? data_what(status) : "receive", status);
                 break;
             }
             int stopped;
