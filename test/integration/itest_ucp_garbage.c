@@ -35,12 +35,19 @@
  * log (PSP_DEBUG=4 into PSP_DEBUG_OUT): "after an error" for the broken
  * connection on both sides (so that no goodbye byte tells the peer all
  * was well), "graceful" for the new one, closed properly.
+ *
+ * Last, handshake_death: a client that dies right after the last message
+ * of the connection handshake (see hs_server).
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 
 #include <dlfcn.h>
+#include <endian.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +303,86 @@ static int client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- a peer that dies in the handshake ------------------------------------------------- */
+
+/* Client 1 kills itself right after sending the handshake's CONFIRM (the
+ * last message of the connect side: the accept side then creates its
+ * endpoint and waits for UCX's wire-up with a process that is gone).
+ * Client 2 connects only then, and must be served at once: the server
+ * neither stalls nor fails. The plugin's wait for the wire-up is bounded
+ * by UCP_WIREUP_TIMEOUT_US (10 s); the watchdog is set below that (UCX
+ * fails the endpoint to a dead process at once: 5-7 ms here over tcp and
+ * over shared memory). */
+static volatile int die_after_confirm;
+
+__attribute__((visibility("default"))) ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+    typedef ssize_t (*send_fn)(int, const void *, size_t, int);
+    static send_fn real;
+    if (!real) real = (send_fn)dlsym(RTLD_NEXT, "send");
+    ssize_t n = real(fd, buf, len, flags);
+    pscom_precon_header_t h;
+    if (die_after_confirm && n >= (ssize_t)sizeof(h)) {
+        memcpy(&h, buf, sizeof(h));
+        if (le32toh(h.magic) == PSCOM_PRECON_MAGIC && le16toh(h.type) == PSCOM_PRECON_CONFIRM)
+            raise(SIGKILL);
+    }
+    return n;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int hs_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_step("waiting for client 1 to die in the handshake");
+    tu_wait_peer_exit_progress(ctx, 1);
+    uint64_t t0 = now_ms();
+    tu_signal(ctx, 2, 1);
+    pscom_connection_t *con = tu_wait_tag(NULL, sock, TU_TAG_HELLO);
+    tu_log("client 2's hello %llu ms after client 1 died",
+           (unsigned long long)(now_ms() - t0));
+    tu_send_tag(con, TU_TAG_WELCOME);
+    uint32_t tag = TAG_ECHO;
+    unsigned char buf[MSG_LEN];
+    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
+    TU_ASSERT_PATTERN(buf, sizeof(buf), 6);
+    pscom_send(con, &tag, sizeof(tag), buf, sizeof(buf));
+    tu_wait_tag(con, NULL, TAG_MSG);
+    pscom_close_connection(con);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int hs_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    if (ctx->rank == 1) {
+        die_after_confirm = 1;
+        tu_client_connect(ctx, sock);
+        TU_FAIL("survived the handshake");
+    }
+    tu_client_get_ep(ctx); /* the first thing on the control channel */
+    tu_wait_signal(ctx, TU_SERVER);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    unsigned char data[MSG_LEN], buf[MSG_LEN];
+    tu_fill(data, sizeof(data), 6);
+    uint32_t tag = TAG_ECHO;
+    pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
+    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
+    TU_ASSERT_PATTERN(buf, sizeof(buf), 6);
+    tu_send_tag(con, TAG_MSG);
+    pscom_close_connection(con);
+    pscom_close_socket(sock);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const char *const names[] = {
@@ -314,5 +401,12 @@ int main(int argc, char **argv)
         if (argc > 1 && strcmp(argv[1], names[run_mode])) continue; /* one case only */
         if (tu_run(names[run_mode], 1, server, client, NULL)) return 1;
     }
-    return 0;
+    unsetenv("PSP_DEBUG_OUT");
+    setenv("PSP_DEBUG", "1", 1);
+    if (argc > 1 && strcmp(argv[1], "ucp_handshake_death")) return 0;
+    tu_opts_t opts;
+    memset(&opts, 0, sizeof(opts));
+    opts.killed_must_mask = 1u << 1;
+    opts.timeout          = 8; /* below UCP_WIREUP_TIMEOUT_US (10 s) */
+    return tu_run("ucp_handshake_death", 2, hs_server, hs_client, &opts);
 }
