@@ -80,12 +80,3 @@ char *capture_read_file(const char *path)
     fclose(f);
     return text;
 }
-
-int capture_count(const char *haystack, const char *needle)
-{
-    int n = 0;
-    size_t len = strlen(needle);
-
-    for (const char *p = haystack; len && (p = strstr(p, needle)); p += len) n++;
-    return n;
-}

@@ -23,7 +23,7 @@ char *capture_read_file(const char *path);
 /* A fresh temporary file name in buf (the file exists and is empty). */
 void capture_tmp_path(char *buf, size_t size);
 
-/* Number of non-overlapping occurrences of needle in haystack. */
-int capture_count(const char *haystack, const char *needle);
+/* tu_count(text, needle): occurrences of needle */
+#include "tu_text.h"
 
 #endif /* PSCOM_TEST_CAPTURE_H */

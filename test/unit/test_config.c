@@ -170,7 +170,7 @@ static void test_config_print(void **state)
     assert_non_null(strstr(out, "##\n### rma\nPSP_RMA_MSG_SIZE_DIRECT_MEM_COPY=64\n"));
     assert_null(strstr(out, "PSP_SKIPBLOCKSIZE"));
     assert_null(strstr(out, "PSP_INFO="));
-    assert_int_equal(capture_count(out, "### "), 4);
+    assert_int_equal(tu_count(out, "### "), 4);
     free(out);
 
     out = print_config(PSCOM_ENV_PRINT_HIDDEN | PSCOM_ENV_PRINT_DOC);

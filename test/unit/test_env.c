@@ -296,7 +296,7 @@ static void test_table_invalid_falls_back(void **state)
     assert_int_equal(invalid, 2);
     assert_int_equal(cfg.limit, PSCOM_ENV_UINT_INF);
     assert_int_equal(cfg.count, 3);
-    assert_int_equal(capture_count(out, "\n"), 2);
+    assert_int_equal(tu_count(out, "\n"), 2);
     assert_non_null(strstr(out, "PSP_UTA_LIMIT: invalid value '-1', using the default 'inf'"));
     assert_non_null(strstr(out, "PSP_UTA_COUNT: invalid value 'lots', using the default '3'"));
     free(out);
@@ -388,7 +388,7 @@ static void test_table_print(void **state)
                                 "# inherits from: PSP_UTEST_THRESHOLD\n"
                                 "PSP_UTA_UTEST_THRESHOLD=100\n"));
     assert_non_null(strstr(out, "# numeric without default\n# default: 0\nPSP_UTA_NOVAL=0\n"));
-    assert_int_equal(capture_count(out, "# inherits from:"), 1);
+    assert_int_equal(tu_count(out, "# inherits from:"), 1);
     free(out);
 
     pscom_env_table_list_clear();

@@ -105,7 +105,7 @@ static void test_log_empty_lines(void **state)
     capture_stderr_begin(&cap);
     pscom_log_print("a\n\nb");
     got = capture_stderr_end(&cap);
-    assert_int_equal(capture_count(got, "<PSP:"), 3);
+    assert_int_equal(tu_count(got, "<PSP:"), 3);
     assert_non_null(strstr(got, empty));
     free(got);
 

@@ -132,14 +132,6 @@ char *tu_read_fd(int fd)
     return text;
 }
 
-int tu_count(const char *text, const char *needle)
-{
-    int n        = 0;
-    size_t nlen = strlen(needle);
-    for (const char *p = text; nlen && (p = strstr(p, needle)); p += nlen) n++;
-    return n;
-}
-
 /* ------------------------------------------------------------------ */
 /* Content patterns                                                   */
 /* ------------------------------------------------------------------ */

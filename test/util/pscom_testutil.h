@@ -35,6 +35,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "tu_text.h" /* tu_count() */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -199,8 +201,6 @@ void *tu_malloc(size_t size); /* asserts success */
 void tu_pause_ms(unsigned ms);
 /* The content of the file at fd (from offset 0), NUL-terminated (malloc'ed). */
 char *tu_read_fd(int fd);
-/* Occurrences of needle in text. */
-int tu_count(const char *text, const char *needle);
 
 /* ------------------------------------------------------------------ */
 /* Control channel (server <-> client), pipe-like, never pscom        */
