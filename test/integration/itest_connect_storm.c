@@ -376,8 +376,8 @@ static int storm_client(tu_ctx_t *ctx)
 
 int main(void)
 {
-    /* connection set-up over the built-in transports (see
-     * itest_ondemand_mesh.c for why not ucp) */
+    /* connection set-up over the built-in transports; over ucp in the
+     * test entries of its own that set PSP_UCP=1 (test/integration/CMakeLists.txt) */
     setenv("PSP_UCP", "0", 0);
     int rc = 0;
     setenv("PSP_RETRY", "5", 1);
