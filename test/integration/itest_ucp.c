@@ -286,6 +286,7 @@ static int captured_lines(const char *what, int *total)
     dup2(saved_stderr, 2);
     close(saved_stderr);
     char *text = tu_read_fd(log_fd);
+    TU_ASSERT_NOT_NULL(text);
     close(log_fd);
     unlink(log_path);
     int hits = 0, lines = 0;

@@ -133,13 +133,11 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
 /* ---- con_error bookkeeping --------------------------------------------------------------- */
 
 static pscom_connection_t *volatile failed_con;
-static volatile int nerrs;
 
 static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
 {
     tu_log("con_error: op %d: %s", (int)op, tu_err_str(err));
     failed_con = con;
-    nerrs++;
 }
 
 /* ---- this process's log ------------------------------------------------------------------ */
@@ -158,7 +156,8 @@ static void log_path(char *buf, size_t size)
     snprintf(buf, size, "%s/itest_ucp_garbage.%d.log", log_dir(), (int)getpid());
 }
 
-static int log_count(const char *needle)
+/* What this process has logged so far (malloc'ed). */
+static char *log_text(void)
 {
     char path[512];
     log_path(path, sizeof(path));
@@ -166,7 +165,14 @@ static int log_count(const char *needle)
     TU_ASSERT_MSG(fd >= 0, "no log at %s", path);
     char *text = tu_read_fd(fd);
     close(fd);
-    int n = tu_count(text, needle);
+    TU_ASSERT_NOT_NULL(text);
+    return text;
+}
+
+static int log_count(const char *needle)
+{
+    char *text = log_text();
+    int n      = tu_count(text, needle);
     free(text);
     return n;
 }
@@ -179,16 +185,13 @@ static void log_check_end(void)
     while (log_count(CLOSE_GRACEFUL) < 1) pscom_wait_any();
     TU_ASSERT_EQ(log_count(CLOSE_GRACEFUL), 1);
     TU_ASSERT_EQ(log_count(CLOSE_ERROR), 1);
-    char path[512];
-    log_path(path, sizeof(path));
-    int fd = open(path, O_RDONLY);
-    TU_ASSERT(fd >= 0);
-    char *text = tu_read_fd(fd);
-    close(fd);
+    char *text = log_text();
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         if (strstr(line, "error") || strstr(line, "ucp: receive")) tu_log("log: %s", line);
     }
     free(text);
+    char path[512];
+    log_path(path, sizeof(path));
     unlink(path);
 }
 

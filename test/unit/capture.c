@@ -15,22 +15,9 @@
 
 static char *capture_read_fd(int fd)
 {
-    size_t size = 0, cap = 4096;
-    char *buf = malloc(cap);
-    ssize_t n;
-
-    assert_non_null(buf);
-    lseek(fd, 0, SEEK_SET);
-    while ((n = read(fd, buf + size, cap - size - 1)) > 0) {
-        size += (size_t)n;
-        if (cap - size < 2) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            assert_non_null(buf);
-        }
-    }
-    buf[size] = '\0';
-    return buf;
+    char *text = tu_read_fd(fd);
+    assert_non_null(text);
+    return text;
 }
 
 void capture_tmp_path(char *buf, size_t size)

@@ -23,7 +23,7 @@ char *capture_read_file(const char *path);
 /* A fresh temporary file name in buf (the file exists and is empty). */
 void capture_tmp_path(char *buf, size_t size);
 
-/* tu_count(text, needle): occurrences of needle */
+/* tu_count(text, needle): occurrences of needle; tu_read_fd() */
 #include "tu_text.h"
 
 #endif /* PSCOM_TEST_CAPTURE_H */

@@ -113,25 +113,6 @@ void tu_pause_ms(unsigned ms)
     }
 }
 
-char *tu_read_fd(int fd)
-{
-    size_t len = 0, cap = 4096;
-    char *text = tu_malloc(cap);
-    ssize_t n;
-    while ((n = pread(fd, text + len, cap - len - 1, (off_t)len)) != 0) {
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) TU_FAIL("pread: %s", strerror(errno));
-        len += (size_t)n;
-        if (cap - len < 2) {
-            cap *= 2;
-            text = realloc(text, cap);
-            if (!text) TU_FAIL("realloc(%zu) failed", cap);
-        }
-    }
-    text[len] = 0;
-    return text;
-}
-
 /* ------------------------------------------------------------------ */
 /* Content patterns                                                   */
 /* ------------------------------------------------------------------ */

@@ -35,7 +35,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "tu_text.h" /* tu_count() */
+#include "tu_text.h" /* tu_count(), tu_read_fd() */
 
 #ifdef __cplusplus
 extern "C" {
@@ -199,8 +199,6 @@ void *tu_malloc(size_t size); /* asserts success */
 /* Stay away from pscom for ms milliseconds, to create an idle period for
  * the peer (never to order events: that is what the control channel is for). */
 void tu_pause_ms(unsigned ms);
-/* The content of the file at fd (from offset 0), NUL-terminated (malloc'ed). */
-char *tu_read_fd(int fd);
 
 /* ------------------------------------------------------------------ */
 /* Control channel (server <-> client), pipe-like, never pscom        */
