@@ -36,22 +36,14 @@
  * connection on both sides (so that no goodbye byte tells the peer all
  * was well), "graceful" for the new one, closed properly.
  *
- * Last, handshake_death: a client that dies right after the last message
- * of the connection handshake (see hs_server).
+ * The handshake against a broken or dying peer: itest_ucp_handshake.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 
 #include <dlfcn.h>
-#include <endian.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "pscom_wire.h"
 #include "ucp_priv.h"
@@ -145,54 +137,20 @@ static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err
 #define CLOSE_ERROR    "ucp: close (after an error)"
 #define CLOSE_GRACEFUL "ucp: close (graceful)"
 
-static const char *log_dir(void)
-{
-    const char *d = getenv("TMPDIR");
-    return d && *d ? d : "/tmp";
-}
-
-static void log_path(char *buf, size_t size)
-{
-    snprintf(buf, size, "%s/itest_ucp_garbage.%d.log", log_dir(), (int)getpid());
-}
-
-/* What this process has logged so far (malloc'ed). */
-static char *log_text(void)
-{
-    char path[512];
-    log_path(path, sizeof(path));
-    int fd = open(path, O_RDONLY);
-    TU_ASSERT_MSG(fd >= 0, "no log at %s", path);
-    char *text = tu_read_fd(fd);
-    close(fd);
-    TU_ASSERT_NOT_NULL(text);
-    return text;
-}
-
-static int log_count(const char *needle)
-{
-    char *text = log_text();
-    int n      = tu_count(text, needle);
-    free(text);
-    return n;
-}
-
 /* Until the connection just closed has been closed gracefully: then the
  * log holds the whole story of both connections. */
 static void log_check_end(void)
 {
     tu_step("waiting for the log line '%s'", CLOSE_GRACEFUL);
-    while (log_count(CLOSE_GRACEFUL) < 1) pscom_wait_any();
-    TU_ASSERT_EQ(log_count(CLOSE_GRACEFUL), 1);
-    TU_ASSERT_EQ(log_count(CLOSE_ERROR), 1);
-    char *text = log_text();
+    while (tu_log_file_count(CLOSE_GRACEFUL) < 1) pscom_wait_any();
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_GRACEFUL), 1);
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), 1);
+    char *text = tu_log_file_text();
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         if (strstr(line, "error") || strstr(line, "ucp: receive")) tu_log("log: %s", line);
     }
     free(text);
-    char path[512];
-    log_path(path, sizeof(path));
-    unlink(path);
+    tu_log_file_remove();
 }
 
 /* A receive on con, for any message (xheader up to 16 bytes). */
@@ -242,8 +200,8 @@ static int server(tu_ctx_t *ctx)
     if (run_mode < DATA_SHORT) TU_ASSERT_BYTES(buf, sizeof(buf), 0xee);
     while (failed_con != cons[1])
         pscom_wait_any();
-    TU_ASSERT_EQ(log_count(CLOSE_ERROR), 1);
-    TU_ASSERT_EQ(log_count(CLOSE_GRACEFUL), 0);
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), 1);
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_GRACEFUL), 0);
     pscom_close_connection(cons[1]);
 
     /* the client comes back: echo over the new connection */
@@ -287,8 +245,8 @@ static int client(tu_ctx_t *ctx)
     expect_failed(post_recv(con, buf, sizeof(buf)), "client");
     while (failed_con != con)
         pscom_wait_any();
-    TU_ASSERT_EQ(log_count(CLOSE_ERROR), 1);
-    TU_ASSERT_EQ(log_count(CLOSE_GRACEFUL), 0);
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), 1);
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_GRACEFUL), 0);
     pscom_close_connection(con);
 
     con = tu_client_connect(ctx, sock);
@@ -306,86 +264,6 @@ static int client(tu_ctx_t *ctx)
     return 0;
 }
 
-/* ---- a peer that dies in the handshake ------------------------------------------------- */
-
-/* Client 1 kills itself right after sending the handshake's CONFIRM (the
- * last message of the connect side: the accept side then creates its
- * endpoint and waits for UCX's wire-up with a process that is gone).
- * Client 2 connects only then, and must be served at once: the server
- * neither stalls nor fails. The plugin's wait for the wire-up is bounded
- * by UCP_WIREUP_TIMEOUT_US (10 s); the watchdog is set below that (UCX
- * fails the endpoint to a dead process at once: 5-7 ms here over tcp and
- * over shared memory). */
-static volatile int die_after_confirm;
-
-__attribute__((visibility("default"))) ssize_t send(int fd, const void *buf, size_t len, int flags)
-{
-    typedef ssize_t (*send_fn)(int, const void *, size_t, int);
-    static send_fn real;
-    if (!real) real = (send_fn)dlsym(RTLD_NEXT, "send");
-    ssize_t n = real(fd, buf, len, flags);
-    pscom_precon_header_t h;
-    if (die_after_confirm && n >= (ssize_t)sizeof(h)) {
-        memcpy(&h, buf, sizeof(h));
-        if (le32toh(h.magic) == PSCOM_PRECON_MAGIC && le16toh(h.type) == PSCOM_PRECON_CONFIRM)
-            raise(SIGKILL);
-    }
-    return n;
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static int hs_server(tu_ctx_t *ctx)
-{
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_step("waiting for client 1 to die in the handshake");
-    tu_wait_peer_exit_progress(ctx, 1);
-    uint64_t t0 = now_ms();
-    tu_signal(ctx, 2, 1);
-    pscom_connection_t *con = tu_wait_tag(NULL, sock, TU_TAG_HELLO);
-    tu_log("client 2's hello %llu ms after client 1 died",
-           (unsigned long long)(now_ms() - t0));
-    tu_send_tag(con, TU_TAG_WELCOME);
-    uint32_t tag = TAG_ECHO;
-    unsigned char buf[MSG_LEN];
-    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
-    TU_ASSERT_PATTERN(buf, sizeof(buf), 6);
-    pscom_send(con, &tag, sizeof(tag), buf, sizeof(buf));
-    tu_wait_tag(con, NULL, TAG_MSG);
-    pscom_close_connection(con);
-    pscom_close_socket(sock);
-    return 0;
-}
-
-static int hs_client(tu_ctx_t *ctx)
-{
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    if (ctx->rank == 1) {
-        die_after_confirm = 1;
-        tu_client_connect(ctx, sock);
-        TU_FAIL("survived the handshake");
-    }
-    tu_client_get_ep(ctx); /* the first thing on the control channel */
-    tu_wait_signal(ctx, TU_SERVER);
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
-    unsigned char data[MSG_LEN], buf[MSG_LEN];
-    tu_fill(data, sizeof(data), 6);
-    uint32_t tag = TAG_ECHO;
-    pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
-    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
-    TU_ASSERT_PATTERN(buf, sizeof(buf), 6);
-    tu_send_tag(con, TAG_MSG);
-    pscom_close_connection(con);
-    pscom_close_socket(sock);
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     static const char *const names[] = {
@@ -396,20 +274,10 @@ int main(int argc, char **argv)
         [DATA_AS_MSG] = "ucp_garbage_data_as_msg", [RNDV_SHORT] = "ucp_garbage_rndv_short",
     };
     /* every process logs its close decisions into a file of its own */
-    char out[512];
-    snprintf(out, sizeof(out), "%s/itest_ucp_garbage.$$.log", log_dir());
-    setenv("PSP_DEBUG_OUT", out, 1);
-    setenv("PSP_DEBUG", "4", 1);
+    tu_log_files("itest_ucp_garbage", 4);
     for (run_mode = SEQ_GAP; run_mode <= RNDV_SHORT; run_mode++) {
         if (argc > 1 && strcmp(argv[1], names[run_mode])) continue; /* one case only */
         if (tu_run(names[run_mode], 1, server, client, NULL)) return 1;
     }
-    unsetenv("PSP_DEBUG_OUT");
-    setenv("PSP_DEBUG", "1", 1);
-    if (argc > 1 && strcmp(argv[1], "ucp_handshake_death")) return 0;
-    tu_opts_t opts;
-    memset(&opts, 0, sizeof(opts));
-    opts.killed_must_mask = 1u << 1;
-    opts.timeout          = 8; /* below UCP_WIREUP_TIMEOUT_US (10 s) */
-    return tu_run("ucp_handshake_death", 2, hs_server, hs_client, &opts);
+    return 0;
 }

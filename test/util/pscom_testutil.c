@@ -6,6 +6,7 @@
 #include "pscom_testutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -111,6 +112,58 @@ void tu_pause_ms(unsigned ms)
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) < 0) {
     }
+}
+
+/* ------------------------------------------------------------------ */
+/* pscom's log of each process                                        */
+/* ------------------------------------------------------------------ */
+
+static char log_prefix[256]; /* "$TMPDIR/<prefix>" once tu_log_files() ran */
+
+void tu_log_files(const char *prefix, int debug)
+{
+    const char *dir = getenv("TMPDIR");
+    char out[sizeof(log_prefix) + 16], level[16];
+    TU_ASSERT_LT(snprintf(log_prefix, sizeof(log_prefix), "%s/%s", dir && *dir ? dir : "/tmp",
+                          prefix),
+                 (int)sizeof(log_prefix));
+    snprintf(out, sizeof(out), "%s.$$.log", log_prefix); /* pscom puts in the pid */
+    snprintf(level, sizeof(level), "%d", debug);
+    setenv("PSP_DEBUG_OUT", out, 1);
+    setenv("PSP_DEBUG", level, 1);
+}
+
+static void log_file_path(char *buf, size_t size)
+{
+    TU_ASSERT_MSG(log_prefix[0], "tu_log_files() was not called");
+    snprintf(buf, size, "%s.%d.log", log_prefix, (int)getpid());
+}
+
+char *tu_log_file_text(void)
+{
+    char path[sizeof(log_prefix) + 32];
+    log_file_path(path, sizeof(path));
+    int fd = open(path, O_RDONLY);
+    TU_ASSERT_MSG(fd >= 0, "no log at %s", path);
+    char *text = tu_read_fd(fd);
+    close(fd);
+    TU_ASSERT_NOT_NULL(text);
+    return text;
+}
+
+int tu_log_file_count(const char *needle)
+{
+    char *text = tu_log_file_text();
+    int n      = tu_count(text, needle);
+    free(text);
+    return n;
+}
+
+void tu_log_file_remove(void)
+{
+    char path[sizeof(log_prefix) + 32];
+    log_file_path(path, sizeof(path));
+    unlink(path);
 }
 
 /* ------------------------------------------------------------------ */

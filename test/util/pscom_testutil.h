@@ -201,6 +201,20 @@ void *tu_malloc(size_t size); /* asserts success */
 void tu_pause_ms(unsigned ms);
 
 /* ------------------------------------------------------------------ */
+/* pscom's log of each process, in a file of its own                  */
+/* ------------------------------------------------------------------ */
+
+/* Before tu_run(): every process started from here on logs (PSP_DEBUG_OUT)
+ * into $TMPDIR/<prefix>.<pid>.log, at PSP_DEBUG=debug. */
+void tu_log_files(const char *prefix, int debug);
+/* What this process has logged so far (malloc'ed; fails if there is no log). */
+char *tu_log_file_text(void);
+/* Occurrences of needle in what this process has logged so far. */
+int tu_log_file_count(const char *needle);
+/* Remove this process's log file (at the end of a role that passed). */
+void tu_log_file_remove(void);
+
+/* ------------------------------------------------------------------ */
 /* Control channel (server <-> client), pipe-like, never pscom        */
 /* ------------------------------------------------------------------ */
 

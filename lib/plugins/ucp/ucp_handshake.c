@@ -3,11 +3,17 @@
  * connection ids in the handshake blobs, the UCX endpoint with peer error
  * handling, the handshake socket kept as a death detector, and close.
  *
- *   connect side  con_offer:   blob  {magic, version, addr_len, our id} + address
- *   accept side   con_accept:  reply {magic, version, addr_len, our id} + address
+ *   connect side  con_offer:   blob  {magic, version, addr_len, our id, check} + address
+ *   accept side   con_accept:  reply {magic, version, addr_len, our id, check} + address
  *   connect side  con_connect: endpoint to the accept side; confirm {magic, version}
  *   accept side   con_confirm: endpoint to the connect side
- * All fields little-endian; every length is checked before use.
+ * All fields little-endian; every length is checked before use. check is
+ * a hash of the header fields before it and of the address: UCX parses a
+ * worker address without checking it (ucp_ep_create() of random bytes ends
+ * in an assertion, i.e. abort(), with UCX 1.13), so an address is handed
+ * to UCX only as its owner's UCX packed it. This guards against a broken
+ * or confused peer, not a hostile one: the handshake is no security
+ * boundary (whoever can connect can send anything over tcp as well).
  *
  * Death detector: UCX's own peer failure detection is fast over tcp but
  * slow over shared memory (keepalive). The handshake's TCP socket stays
@@ -27,12 +33,26 @@
 #include "ucp_priv.h"
 
 #define UCP_BLOB_MAGIC   0x31504355u /* "UCP1" */
-#define UCP_BLOB_VERSION 2 /* 2: MSG at most UCP_MSG_MAX, HEAD without DATA */
+#define UCP_BLOB_VERSION 3 /* 2: MSG at most UCP_MSG_MAX, HEAD without DATA; 3: check */
 #define UCP_CONFIRM_LEN  8
 #define UCP_GOODBYE      'B'
 
-_Static_assert(UCP_BLOB_HDR == 16, "blob header layout");
+#define UCP_BLOB_CHECK_OFF 16 /* the check: 8 bytes after magic, version, addr_len, id */
+_Static_assert(UCP_BLOB_HDR == UCP_BLOB_CHECK_OFF + 8 && UCP_CONFIRM_LEN == 8, "blob layout");
 
+/* 64-bit FNV-1a over the header up to the check and the address that
+ * follows it (addr_len bytes). */
+static uint64_t blob_check(const unsigned char *blob, size_t addr_len)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (size_t i = 0; i < UCP_BLOB_CHECK_OFF; i++) h = (h ^ blob[i]) * UINT64_C(0x100000001b3);
+    for (size_t i = 0; i < addr_len; i++)
+        h = (h ^ blob[UCP_BLOB_HDR + i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+/* The header of a blob whose address (addr_len bytes) is already in place
+ * at p + UCP_BLOB_HDR. A confirmation (addr_len 0) is the first 8 bytes. */
 static void put_hdr(unsigned char *p, uint16_t addr_len, uint64_t id)
 {
     uint32_t magic = htole32(UCP_BLOB_MAGIC);
@@ -42,7 +62,10 @@ static void put_hdr(unsigned char *p, uint16_t addr_len, uint64_t id)
     memcpy(p, &magic, 4);
     memcpy(p + 4, &ver, 2);
     memcpy(p + 6, &alen, 2);
+    if (!addr_len) return; /* UCP_CONFIRM_LEN */
     memcpy(p + 8, &lid, 8);
+    uint64_t check = htole64(blob_check(p, addr_len));
+    memcpy(p + UCP_BLOB_CHECK_OFF, &check, 8);
 }
 
 /* Validate a blob; returns the address (inside the blob) or NULL. */
@@ -52,16 +75,22 @@ static const void *get_hdr(pscom_con_t *con, const void *blob, size_t len, size_
     const unsigned char *p = blob;
     uint32_t magic;
     uint16_t ver, alen;
-    uint64_t lid;
+    uint64_t lid, check;
     if (len < UCP_BLOB_HDR) goto bad;
     memcpy(&magic, p, 4);
     memcpy(&ver, p + 4, 2);
     memcpy(&alen, p + 6, 2);
     memcpy(&lid, p + 8, 8);
+    memcpy(&check, p + UCP_BLOB_CHECK_OFF, 8);
     if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION) goto bad;
     *addr_len = le16toh(alen);
     *id       = le64toh(lid);
     if (*addr_len == 0 || *addr_len != len - UCP_BLOB_HDR || !*id || *id > UCPT_ID_MASK) goto bad;
+    if (le64toh(check) != blob_check(p, *addr_len)) {
+        plog_err("%s: ucp: handshake blob (%zu bytes) fails its check: worker address not used",
+                 pscom_con_name(con), len);
+        return NULL;
+    }
     return p + UCP_BLOB_HDR;
 bad:
     plog_err("%s: ucp: malformed handshake blob (%zu bytes)", pscom_con_name(con), len);
@@ -87,8 +116,8 @@ static int own_blob(ucp_con_t *uc, void *blob, size_t *len)
         plog_err("%s: ucp: out of connection ids", pscom_con_name(uc->con));
         return -1;
     }
-    put_hdr(blob, (uint16_t)ucp_g.addr_len, uc->id);
     memcpy((char *)blob + UCP_BLOB_HDR, ucp_g.addr, ucp_g.addr_len);
+    put_hdr(blob, (uint16_t)ucp_g.addr_len, uc->id); /* after the address: the check covers it */
     *len = UCP_BLOB_HDR + ucp_g.addr_len; /* fits: checked when the worker was created */
     return 0;
 }

@@ -274,8 +274,8 @@ int ucp_con_check_failed(ucp_con_t *uc);
 /* read the handshake socket: goodbye byte, or EOF (sets sock_dead) */
 void ucp_sock_poll(ucp_con_t *uc);
 
-/* handshake blob: magic, version, address length, connection id */
-#define UCP_BLOB_HDR 16
+/* handshake blob: magic, version, address length, connection id, check */
+#define UCP_BLOB_HDR 24
 
 /* ---- ucp_send.c ------------------------------------------------------------------------- */
 

@@ -1,0 +1,261 @@
+/*
+ * itest_ucp_handshake: the ucp plugin's connection handshake against a
+ * broken or a dying peer.
+ *
+ * This executable defines send() itself (exported, in front of libc's) to
+ * act on the precon messages a process sends:
+ *
+ *   ucp_handshake_bad_offer  the client's OFFER of ucp carries a worker
+ *                            address garbled on its way (every byte XOR
+ *                            0x5a, the blob's header intact): UCX 1.13
+ *                            aborts in ucp_ep_create() on such an address,
+ *                            so the server must not hand it to UCX. It
+ *                            declines ucp with one logged error, and the
+ *                            connection comes up over tcp (switched on for
+ *                            this case); a second connection between the
+ *                            same processes is ucp again.
+ *   ucp_handshake_bad_reply  the same for the server's ACCEPT: the client
+ *                            must not use the address (it cancels ucp).
+ *   ucp_handshake_death      a client that dies right after the last
+ *                            message of the handshake (see hs_server).
+ */
+#define _GNU_SOURCE
+#include "pscom_testutil.h"
+
+#include <dlfcn.h>
+#include <endian.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pscom_wire.h"
+#include "ucp_priv.h"
+
+#define TAG_DONE 0x444f4e45u
+#define TAG_ECHO 0x4543484fu
+#define MSG_LEN  100
+#define CHECK_FAILED "fails its check: worker address not used"
+
+enum hs_mode {
+    HS_NONE,
+    HS_BAD_OFFER,          /* garble the worker address in our next OFFER of ucp */
+    HS_BAD_REPLY,          /* ... in our next ACCEPT with a ucp blob */
+    HS_DIE_AFTER_CONFIRM,  /* SIGKILL ourselves once a CONFIRM has gone out */
+};
+
+static volatile enum hs_mode arm;
+static unsigned garbled; /* addresses garbled so far */
+
+/* Where the ucp blob of a precon message (type, body of len bytes at p)
+ * starts, if it is the one arm asks for; else NULL. */
+static const unsigned char *blob_to_garble(uint16_t type, const unsigned char *p, size_t len)
+{
+    const unsigned char *blob = NULL;
+    if (arm == HS_BAD_OFFER && type == PSCOM_PRECON_OFFER && len > PSCOM_PRECON_PLUGIN_NAME &&
+        !strncmp((const char *)p, "ucp", PSCOM_PRECON_PLUGIN_NAME))
+        blob = p + PSCOM_PRECON_PLUGIN_NAME;
+    if (arm == HS_BAD_REPLY && type == PSCOM_PRECON_ACCEPT) blob = p;
+    if (!blob || p + len <= blob + UCP_BLOB_HDR || memcmp(blob, "UCP1", 4)) return NULL;
+    return blob;
+}
+
+__attribute__((visibility("default"))) ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+    typedef ssize_t (*send_fn)(int, const void *, size_t, int);
+    static send_fn real;
+    if (!real) real = (send_fn)dlsym(RTLD_NEXT, "send");
+    if (arm == HS_NONE) return real(fd, buf, len, flags);
+
+    /* the precon messages in buf (one or more, each whole) */
+    const unsigned char *in = buf;
+    unsigned char *copy     = NULL;
+    int die                 = 0;
+    pscom_precon_header_t h;
+    for (size_t off = 0; off + sizeof(h) <= len;) {
+        memcpy(&h, in + off, sizeof(h));
+        size_t body = off + sizeof(h), blen = le32toh(h.len);
+        if (le32toh(h.magic) != PSCOM_PRECON_MAGIC || blen > len - body) break;
+        uint16_t type = le16toh(h.type);
+        if (arm == HS_DIE_AFTER_CONFIRM && type == PSCOM_PRECON_CONFIRM) die = 1;
+        const unsigned char *blob = blob_to_garble(type, in + body, blen);
+        if (blob) {
+            if (!copy) {
+                copy = tu_malloc(len);
+                memcpy(copy, buf, len);
+            }
+            for (size_t i = (size_t)(blob - in) + UCP_BLOB_HDR; i < body + blen; i++) copy[i] ^= 0x5a;
+            garbled++;
+            arm = HS_NONE;
+        }
+        off = body + blen;
+    }
+    ssize_t n = real(fd, copy ? copy : buf, len, flags);
+    free(copy);
+    if (die && n > 0) raise(SIGKILL);
+    return n;
+}
+
+/* ---- a garbled worker address ------------------------------------------------------------ */
+
+static enum hs_mode run_mode; /* of this run (set before the roles fork) */
+
+static void check_type(pscom_connection_t *con, const char *want)
+{
+    TU_ASSERT_STR_EQ(pscom_con_type_str(con->type), want);
+}
+
+/* An echo with content check, then TAG_DONE from the client: the server
+ * closes only once the client has its answer. */
+static void echo_server(pscom_connection_t *con, unsigned seed)
+{
+    unsigned char buf[MSG_LEN];
+    uint32_t tag = TAG_ECHO;
+    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
+    TU_ASSERT_PATTERN(buf, sizeof(buf), seed);
+    pscom_send(con, &tag, sizeof(tag), buf, sizeof(buf));
+    tu_wait_tag(con, NULL, TAG_DONE);
+    pscom_close_connection(con);
+}
+
+static void echo_client(pscom_connection_t *con, unsigned seed)
+{
+    unsigned char data[MSG_LEN], buf[MSG_LEN];
+    tu_fill(data, sizeof(data), seed);
+    memset(buf, 0, sizeof(buf));
+    uint32_t tag = TAG_ECHO;
+    pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
+    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
+    TU_ASSERT_PATTERN(buf, sizeof(buf), seed);
+    tu_send_tag(con, TAG_DONE);
+    pscom_close_connection(con);
+}
+
+/* The side that received the garbled address logged one error and fell
+ * back to tcp; the other side garbled it. Then ucp works again. */
+static void check_side(enum hs_mode garbler)
+{
+    TU_ASSERT_EQ(garbled, run_mode == garbler);
+    TU_ASSERT_EQ(tu_log_file_count(CHECK_FAILED), run_mode != garbler);
+    TU_ASSERT_EQ(tu_log_file_count("ucp: ucp_ep_create()"), 0);
+}
+
+static int bad_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    if (run_mode == HS_BAD_REPLY) arm = HS_BAD_REPLY;
+    tu_server_accept_all(ctx, sock, cons);
+    check_type(cons[1], "tcp");
+    echo_server(cons[1], 1);
+    check_side(HS_BAD_REPLY);
+
+    tu_server_accept_all(ctx, sock, cons);
+    check_type(cons[1], "ucp");
+    echo_server(cons[1], 2);
+    check_side(HS_BAD_REPLY);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int bad_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    if (run_mode == HS_BAD_OFFER) arm = HS_BAD_OFFER;
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    check_type(con, "tcp");
+    echo_client(con, 1);
+    check_side(HS_BAD_OFFER);
+
+    con = tu_client_connect(ctx, sock);
+    check_type(con, "ucp");
+    echo_client(con, 2);
+    check_side(HS_BAD_OFFER);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---- a peer that dies in the handshake ------------------------------------------------- */
+
+/* Client 1 kills itself right after sending the handshake's CONFIRM (the
+ * last message of the connect side: the accept side then creates its
+ * endpoint and waits for UCX's wire-up with a process that is gone).
+ * Client 2 connects only then, and must be served at once: the server
+ * neither stalls nor fails. The plugin's wait for the wire-up is bounded
+ * by UCP_WIREUP_TIMEOUT_US (10 s); the watchdog is set below that (UCX
+ * fails the endpoint to a dead process at once: 5-7 ms here over tcp and
+ * over shared memory). */
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int hs_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_step("waiting for client 1 to die in the handshake");
+    tu_wait_peer_exit_progress(ctx, 1);
+    uint64_t t0 = now_ms();
+    tu_signal(ctx, 2, 1);
+    pscom_connection_t *con = tu_wait_tag(NULL, sock, TU_TAG_HELLO);
+    tu_log("client 2's hello %llu ms after client 1 died", (unsigned long long)(now_ms() - t0));
+    tu_send_tag(con, TU_TAG_WELCOME);
+    echo_server(con, 6);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int hs_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    if (ctx->rank == 1) {
+        arm = HS_DIE_AFTER_CONFIRM;
+        tu_client_connect(ctx, sock);
+        TU_FAIL("survived the handshake");
+    }
+    tu_client_get_ep(ctx); /* the first thing on the control channel */
+    tu_wait_signal(ctx, TU_SERVER);
+    echo_client(tu_client_connect(ctx, sock), 6);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const names[] = {
+        [HS_BAD_OFFER] = "ucp_handshake_bad_offer",
+        [HS_BAD_REPLY] = "ucp_handshake_bad_reply",
+    };
+    const char *only = argc > 1 ? argv[1] : NULL; /* one case only */
+    /* tcp to fall back to; the connection types are checked here */
+    char *tcp = getenv("PSP_TCP") ? strdup(getenv("PSP_TCP")) : NULL;
+    char *contype = getenv("PSCOM_TEST_CONTYPE") ? strdup(getenv("PSCOM_TEST_CONTYPE")) : NULL;
+    setenv("PSP_TCP", "1", 1);
+    unsetenv("PSCOM_TEST_CONTYPE");
+    tu_log_files("itest_ucp_handshake", 1);
+    for (run_mode = HS_BAD_OFFER; run_mode <= HS_BAD_REPLY; run_mode++) {
+        if (only && strcmp(only, names[run_mode])) continue;
+        if (tu_run(names[run_mode], 1, bad_server, bad_client, NULL)) return 1;
+    }
+    unsetenv("PSP_DEBUG_OUT");
+    if (tcp) setenv("PSP_TCP", tcp, 1);
+    else unsetenv("PSP_TCP");
+    if (contype) setenv("PSCOM_TEST_CONTYPE", contype, 1);
+    free(tcp);
+    free(contype);
+
+    if (only && strcmp(only, "ucp_handshake_death")) return 0;
+    tu_opts_t opts;
+    memset(&opts, 0, sizeof(opts));
+    opts.killed_must_mask = 1u << 1;
+    opts.timeout          = 8; /* below UCP_WIREUP_TIMEOUT_US (10 s) */
+    return tu_run("ucp_handshake_death", 2, hs_server, hs_client, &opts);
+}
