@@ -83,6 +83,10 @@ struct pscom_precon {
     int cand_idx;                         /* plugin being negotiated, -1 none */
     const pscom_plugin_desc_t *cand;
     int start_when_flushed;               /* accept side: CONFIRM_OK queued */
+    int pending;                          /* cand's con_connect/con_confirm goes on */
+    int pending_done, pending_rc;         /* ... and is over (pscom_con_handshake_done) */
+    unsigned char *pending_confirm;       /* connect side: the CONFIRM to send then */
+    size_t pending_confirm_len;
     uint32_t flags;                       /* our HELLO flags (PSCOM_PRECON_FLAG_*) */
     pscom_con_t *od_owner;                /* back-connect request: the waiting connection */
 
@@ -143,9 +147,18 @@ static const char *target_str(const pscom_precon_t *pre, char *buf, size_t len)
 
 /* ---- teardown ------------------------------------------------------------ */
 
+static void pending_end(pscom_precon_t *pre)
+{
+    pre->pending      = 0;
+    pre->pending_done = 0;
+    free(pre->pending_confirm);
+    pre->pending_confirm = NULL;
+}
+
 static void cand_abort(pscom_precon_t *pre)
 {
     pscom_con_t *con = pre->con;
+    pending_end(pre);
     if (!pre->cand) return;
     if (pre->cand->ops->con_abort) pre->cand->ops->con_abort(con);
     free(con->plugin_priv);
@@ -169,6 +182,7 @@ static void precon_destroy(pscom_precon_t *pre)
         pscom_writeall(pre->ufd.fd, pre->out + pre->out_off, pre->out_len - pre->out_off);
     }
     pscom_timer_stop(&pre->timer);
+    pending_end(pre);
     close_fd(pre);
     free(pre->out);
     pre->out = NULL;
@@ -593,12 +607,10 @@ decline:
         precon_fail(pre, PSCOM_ERR_STDERROR, errno);
 }
 
-static void handle_accept(pscom_precon_t *pre, const unsigned char *p, size_t len)
+/* Connect side: con_connect is over (rc); CONFIRM, or CANCEL and the next plugin. */
+static void connect_done(pscom_precon_t *pre, int rc, const void *confirm, size_t clen)
 {
-    unsigned char confirm[PSCOM_PRECON_BLOB_MAX];
-    size_t clen = 0;
-    if (pre->cand->ops->con_connect &&
-        pre->cand->ops->con_connect(pre->con, p, len, confirm, &clen) < 0) {
+    if (rc < 0) {
         cand_abort(pre);
         if (send_msg(pre, PSCOM_PRECON_CANCEL, NULL, 0, NULL, 0) < 0) {
             handshake_failed(pre, 1, PSCOM_ERR_STDERROR, errno, "send");
@@ -612,9 +624,31 @@ static void handle_accept(pscom_precon_t *pre, const unsigned char *p, size_t le
         handshake_failed(pre, 1, PSCOM_ERR_STDERROR, errno, "send");
 }
 
-static void handle_confirm(pscom_precon_t *pre, const unsigned char *p, size_t len)
+static void handle_accept(pscom_precon_t *pre, const unsigned char *p, size_t len)
 {
-    if (pre->cand->ops->con_confirm && pre->cand->ops->con_confirm(pre->con, p, len) < 0) {
+    unsigned char confirm[PSCOM_PRECON_BLOB_MAX];
+    size_t clen = 0;
+    int rc      = 0;
+    if (pre->cand->ops->con_connect) rc = pre->cand->ops->con_connect(pre->con, p, len, confirm, &clen);
+    if (rc == PSCOM_PLUGIN_PENDING) {
+        if (clen > PSCOM_PRECON_BLOB_MAX) clen = PSCOM_PRECON_BLOB_MAX;
+        pre->pending_confirm = malloc(clen ? clen : 1);
+        if (pre->pending_confirm) {
+            memcpy(pre->pending_confirm, confirm, clen);
+            pre->pending_confirm_len = clen;
+            pre->pending             = 1;
+            return;
+        }
+        rc = -1;
+    }
+    connect_done(pre, rc, confirm, clen);
+}
+
+/* Accept side: con_confirm is over (rc); CONFIRM_OK and the transport
+ * starts, or CONFIRM_FAIL and the peer offers the next plugin. */
+static void confirm_done(pscom_precon_t *pre, int rc)
+{
+    if (rc < 0) {
         cand_abort(pre);
         if (send_msg(pre, PSCOM_PRECON_CONFIRM_FAIL, NULL, 0, NULL, 0) < 0)
             precon_fail(pre, PSCOM_ERR_STDERROR, errno);
@@ -629,6 +663,47 @@ static void handle_confirm(pscom_precon_t *pre, const unsigned char *p, size_t l
     } else {
         start_transport(pre);
     }
+}
+
+static void handle_confirm(pscom_precon_t *pre, const unsigned char *p, size_t len)
+{
+    int rc = pre->cand->ops->con_confirm ? pre->cand->ops->con_confirm(pre->con, p, len) : 0;
+    if (rc == PSCOM_PLUGIN_PENDING) {
+        pre->pending = 1;
+        return;
+    }
+    confirm_done(pre, rc);
+}
+
+void pscom_con_handshake_done(pscom_con_t *con, int rc)
+{
+    pscom_precon_t *pre = con->precon;
+    if (!pre || !pre->pending || pre->pending_done) {
+        plog_err("%s: plugin error: pscom_con_handshake_done() without a pending handshake step",
+                 pscom_con_name(con));
+        return;
+    }
+    pre->pending_done = 1;
+    pre->pending_rc   = rc < 0 ? -1 : 0;
+    pscom_timer_start(&pre->timer, 0); /* precon_timer goes on, at the next pass */
+}
+
+/* The plugin's pending step is over: go on where it left off. */
+static void pending_resume(pscom_precon_t *pre)
+{
+    int rc                 = pre->pending_rc;
+    unsigned char *confirm = pre->pending_confirm;
+    size_t clen            = pre->pending_confirm_len;
+    pre->pending_confirm   = NULL;
+    pending_end(pre);
+    watchdog_arm(pre); /* before: what follows may end the handshake */
+    dprecon(pre, "precon %s %p: %s step over: %d", side(pre), (void *)pre, pre->cand->name, rc);
+    if (pre->is_connect) {
+        connect_done(pre, rc, confirm, clen);
+    } else {
+        confirm_done(pre, rc);
+    }
+    free(confirm);
 }
 
 static void handle_reject(pscom_precon_t *pre, const unsigned char *p, size_t len)
@@ -656,7 +731,7 @@ static int expected(const pscom_precon_t *pre, uint16_t type, size_t len)
 {
     if (type == PSCOM_PRECON_REJECT || type == PSCOM_PRECON_NO_TRANSPORT) return 1;
     if (type == PSCOM_PRECON_HELLO) return !pre->hello_received && len == sizeof(pscom_precon_hello_t);
-    if (!pre->hello_received || pre->start_when_flushed) return 0;
+    if (!pre->hello_received || pre->start_when_flushed || pre->pending) return 0;
     if (pre->flags & PSCOM_PRECON_FLAG_BACKCONNECT) return type == PSCOM_PRECON_BACKCONNECT_OK;
     if (pre->is_connect) {
         switch (type) {
@@ -795,6 +870,10 @@ static void precon_handler(pscom_ufd_t *ufd, uint32_t revents)
 static void precon_timer(pscom_timer_t *timer)
 {
     pscom_precon_t *pre = timer->priv;
+    if (pre->pending_done) {
+        pending_resume(pre);
+        return;
+    }
     if (pre->phase == PHASE_RETRY_WAIT) {
         attempt_start(pre);
         return;

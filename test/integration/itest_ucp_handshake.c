@@ -17,7 +17,9 @@
  *   ucp_handshake_bad_reply  the same for the server's ACCEPT: the client
  *                            must not use the address (it cancels ucp).
  *   ucp_handshake_death      a client that dies right after the last
- *                            message of the handshake (see hs_server).
+ *                            message of the handshake (see hs_server);
+ *   ucp_handshake_stopped    one that stops there, alive: it never
+ *                            progresses its UCX worker again.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -44,9 +46,11 @@ enum hs_mode {
     HS_BAD_OFFER,          /* garble the worker address in our next OFFER of ucp */
     HS_BAD_REPLY,          /* ... in our next ACCEPT with a ucp blob */
     HS_DIE_AFTER_CONFIRM,  /* SIGKILL ourselves once a CONFIRM has gone out */
+    HS_STOP_AFTER_CONFIRM, /* tell the server, then SIGSTOP ourselves */
 };
 
 static volatile enum hs_mode arm;
+static tu_ctx_t *stop_ctx; /* HS_STOP_AFTER_CONFIRM: the control channel to the server */
 static unsigned garbled; /* addresses garbled so far */
 
 /* Where the ucp blob of a precon message (type, body of len bytes at p)
@@ -79,7 +83,7 @@ __attribute__((visibility("default"))) ssize_t send(int fd, const void *buf, siz
         size_t body = off + sizeof(h), blen = le32toh(h.len);
         if (le32toh(h.magic) != PSCOM_PRECON_MAGIC || blen > len - body) break;
         uint16_t type = le16toh(h.type);
-        if (arm == HS_DIE_AFTER_CONFIRM && type == PSCOM_PRECON_CONFIRM) die = 1;
+        if (arm >= HS_DIE_AFTER_CONFIRM && type == PSCOM_PRECON_CONFIRM) die = 1;
         const unsigned char *blob = blob_to_garble(type, in + body, blen);
         if (blob) {
             if (!copy) {
@@ -94,7 +98,13 @@ __attribute__((visibility("default"))) ssize_t send(int fd, const void *buf, siz
     }
     ssize_t n = real(fd, copy ? copy : buf, len, flags);
     free(copy);
-    if (die && n > 0) raise(SIGKILL);
+    if (die && n > 0) {
+        if (arm == HS_STOP_AFTER_CONFIRM) {
+            tu_signal(stop_ctx, TU_SERVER, 1);
+            raise(SIGSTOP); /* the server SIGKILLs us in the end */
+        }
+        raise(SIGKILL);
+    }
     return n;
 }
 
@@ -189,7 +199,14 @@ static int bad_client(tu_ctx_t *ctx)
  * neither stalls nor fails. The plugin's wait for the wire-up is bounded
  * by UCP_WIREUP_TIMEOUT_US (10 s); the watchdog is set below that (UCX
  * fails the endpoint to a dead process at once: 5-7 ms here over tcp and
- * over shared memory). */
+ * over shared memory).
+ * ucp_handshake_stopped: client 1 stops instead, alive but never
+ * progressing again. Over UCX's tcp the wire-up then waits for the whole
+ * 10 s; the server must serve client 2 meanwhile (until 2026-11-24 the
+ * plugin waited inside the handshake op, and the whole process stood still
+ * for 10.4 s). Over shared memory UCX wires up without the peer. */
+static int stopped_run; /* ucp_handshake_stopped (set before the roles fork) */
+
 static uint64_t now_ms(void)
 {
     struct timespec ts;
@@ -201,14 +218,21 @@ static int hs_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
     tu_server_listen(ctx, sock);
-    tu_step("waiting for client 1 to die in the handshake");
-    tu_wait_peer_exit_progress(ctx, 1);
+    if (stopped_run) {
+        tu_step("waiting for client 1 to stop in the handshake");
+        tu_wait_signal_progress(ctx, 1);
+    } else {
+        tu_step("waiting for client 1 to die in the handshake");
+        tu_wait_peer_exit_progress(ctx, 1);
+    }
     uint64_t t0 = now_ms();
     tu_signal(ctx, 2, 1);
     pscom_connection_t *con = tu_wait_tag(NULL, sock, TU_TAG_HELLO);
-    tu_log("client 2's hello %llu ms after client 1 died", (unsigned long long)(now_ms() - t0));
+    tu_log("client 2's hello %llu ms after client 1 %s", (unsigned long long)(now_ms() - t0),
+           stopped_run ? "stopped" : "died");
     tu_send_tag(con, TU_TAG_WELCOME);
     echo_server(con, 6);
+    if (stopped_run) kill(ctx->client_pids[1], SIGKILL);
     pscom_close_socket(sock);
     return 0;
 }
@@ -217,7 +241,8 @@ static int hs_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
     if (ctx->rank == 1) {
-        arm = HS_DIE_AFTER_CONFIRM;
+        stop_ctx = ctx;
+        arm      = stopped_run ? HS_STOP_AFTER_CONFIRM : HS_DIE_AFTER_CONFIRM;
         tu_client_connect(ctx, sock);
         TU_FAIL("survived the handshake");
     }
@@ -252,10 +277,14 @@ int main(int argc, char **argv)
     free(tcp);
     free(contype);
 
-    if (only && strcmp(only, "ucp_handshake_death")) return 0;
     tu_opts_t opts;
     memset(&opts, 0, sizeof(opts));
     opts.killed_must_mask = 1u << 1;
     opts.timeout          = 8; /* below UCP_WIREUP_TIMEOUT_US (10 s) */
-    return tu_run("ucp_handshake_death", 2, hs_server, hs_client, &opts);
+    static const char *const hs_names[] = {"ucp_handshake_death", "ucp_handshake_stopped"};
+    for (stopped_run = 0; stopped_run < 2; stopped_run++) {
+        if (only && strcmp(only, hs_names[stopped_run])) continue;
+        if (tu_run(hs_names[stopped_run], 2, hs_server, hs_client, &opts)) return 1;
+    }
+    return 0;
 }

@@ -105,6 +105,7 @@ static void con_init(ucp_con_t *uc, pscom_con_t *con)
     pscom_list_init(&uc->dirty_next);
     pscom_list_init(&uc->fail_next);
     pscom_list_init(&uc->prepost_next);
+    pscom_list_init(&uc->wiring_next);
     pscom_list_init(&uc->stash);
 }
 
@@ -182,12 +183,17 @@ static int ep_create(ucp_con_t *uc, const void *addr, size_t addr_len)
     return 0;
 }
 
-/* Wait until the endpoint is wired up (ucp_ep_flush_nbx waits for the
- * connection to be established). Done during the handshake, while the
- * peer is still in the progress engine: UCX establishes connections only
- * when both workers are progressed, and a peer that leaves pscom right
- * after the handshake (blocking on something else) would otherwise never
- * see our first messages. Bounded by UCP_WIREUP_TIMEOUT_US. */
+/* The wire-up of a new endpoint (ucp_ep_flush_nbx completes once the
+ * connection is established), before the handshake's last message: UCX
+ * establishes connections only while both workers are progressed, and the
+ * peer is in its progress engine until the handshake is over (it may leave
+ * right after, blocking on something else: then a small send of ours could
+ * not complete without it, as it does over tcp). The handshake of this
+ * connection waits for it (PSCOM_PLUGIN_PENDING), nothing else does:
+ * ucp_wiring_check(), from the poller, reports the end, at most
+ * UCP_WIREUP_TIMEOUT_US later (below the core's handshake watchdog). A peer
+ * that stops progressing in between (a stopped process, over UCX's tcp)
+ * used to block the whole process for those 10 s. */
 #define UCP_WIREUP_TIMEOUT_US 10000000
 
 static void flush_cb(void *request, ucs_status_t status, void *user_data)
@@ -201,6 +207,7 @@ static void flush_cb(void *request, ucs_status_t status, void *user_data)
     r->status    = status;
 }
 
+/* Returns 0 (wired up already), PSCOM_PLUGIN_PENDING or -1. */
 static int ep_wireup(ucp_con_t *uc)
 {
     ucp_request_param_t p = {
@@ -216,24 +223,50 @@ static int ep_wireup(ucp_con_t *uc)
     }
     ucp_req_t *r = st;
     ucp_req_track(r, UCP_REQ_FLUSH, uc->id);
-    uint64_t t0 = ucp_now_us();
-    while (!r->completed && !uc->ep_failed && ucp_now_us() - t0 < UCP_WIREUP_TIMEOUT_US) {
-        for (int i = 0; i < 64; i++) ucp_worker_progress(ucp_g.worker);
+    uc->wire_req   = r;
+    uc->wire_t0_us = ucp_now_us();
+    pscom_list_add_tail(&uc->wiring_next, &ucp_g.wiring);
+    ucp_wake();
+    return PSCOM_PLUGIN_PENDING;
+}
+
+/* Stop waiting for the wire-up (flush_cb releases the request when the
+ * endpoint is closed). */
+static void wiring_end(ucp_con_t *uc)
+{
+    if (!uc->wire_req) return;
+    if (uc->wire_req->completed) {
+        ucp_req_release(uc->wire_req);
+    } else {
+        uc->wire_req->con_id = 0;
     }
-    ucp_g.must_probe = 1; /* messages may have arrived meanwhile */
-    if (!r->completed) {
-        plog_err("%s: ucp: connecting: %s", pscom_con_name(uc->con),
-                 uc->ep_failed ? "endpoint error" : "timeout");
-        r->con_id = 0; /* flush_cb releases it when the endpoint is closed */
-        return -1;
+    uc->wire_req = NULL;
+    pscom_list_del(&uc->wiring_next);
+}
+
+void ucp_wiring_check(void)
+{
+    pscom_list_t *pos, *tmp;
+    uint64_t now = 0;
+    pscom_list_for_each_safe(pos, tmp, &ucp_g.wiring)
+    {
+        ucp_con_t *uc = pscom_list_entry(pos, ucp_con_t, wiring_next);
+        ucp_req_t *r  = uc->wire_req;
+        const char *err = NULL;
+        if (r->completed) {
+            if (r->status != UCS_OK) err = ucs_status_string(r->status);
+        } else if (uc->ep_failed) {
+            err = "endpoint error";
+        } else {
+            if (!now) now = ucp_now_us();
+            if (now - uc->wire_t0_us < UCP_WIREUP_TIMEOUT_US) continue;
+            err = "no answer from the peer's worker within 10 s";
+        }
+        ucp_g.must_probe = 1; /* messages may have arrived meanwhile */
+        if (err) plog_err("%s: ucp: connecting: %s", pscom_con_name(uc->con), err);
+        wiring_end(uc);
+        pscom_con_handshake_done(uc->con, err ? -1 : 0);
     }
-    ucs_status_t status = r->status;
-    ucp_req_release(r);
-    if (status != UCS_OK) {
-        plog_err("%s: ucp: connecting: %s", pscom_con_name(uc->con), ucs_status_string(status));
-        return -1;
-    }
-    return 0;
 }
 
 static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
@@ -295,10 +328,10 @@ int ucp_con_connect(pscom_con_t *con, const void *reply, size_t len, void *confi
     const void *addr = get_hdr(con, reply, len, &alen, &peer_id);
     if (!addr) return -1;
     uc->peer_id = peer_id;
-    if (ep_create(uc, addr, alen) < 0 || ep_wireup(uc) < 0) return -1;
+    if (ep_create(uc, addr, alen) < 0) return -1;
     put_hdr(confirm, 0, 0); /* magic and version only */
     *confirm_len = UCP_CONFIRM_LEN;
-    return 0;
+    return ep_wireup(uc);
 }
 
 int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len)
@@ -312,7 +345,7 @@ int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len)
     if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION) goto bad;
     if (!uc->peer_addr) return -1;
     int rc = ep_create(uc, uc->peer_addr, uc->peer_addr_len);
-    if (rc == 0) rc = ep_wireup(uc);
+    if (rc == 0) rc = ep_wireup(uc); /* 0, PSCOM_PLUGIN_PENDING or -1 */
     free(uc->peer_addr);
     uc->peer_addr = NULL;
     return rc;
@@ -378,6 +411,7 @@ int ucp_con_start(pscom_con_t *con, int *fd)
 /* Everything of the connection except the socket. */
 static void con_teardown(ucp_con_t *uc, int force)
 {
+    wiring_end(uc);
     ucp_rx_close(uc);
     ep_close(uc, force);
     ucp_rx_close_end(uc);

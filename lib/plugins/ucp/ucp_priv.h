@@ -142,6 +142,9 @@ typedef struct ucp_con {
     pscom_list_t dirty_next; /* in ucp_g.dirty: work for the poller */
     pscom_list_t fail_next;  /* in ucp_g.failed: a failure to report */
     pscom_list_t prepost_next; /* in ucp_g.prepost: idle, post the next receive */
+    pscom_list_t wiring_next;  /* in ucp_g.wiring: the handshake waits for the wire-up */
+    struct ucp_req *wire_req;  /* ... its ucp_ep_flush_nbx */
+    uint64_t wire_t0_us;       /* ... posted then */
 
     pscom_ufd_t sock; /* the handshake socket: death detector */
 
@@ -187,6 +190,7 @@ typedef struct ucp_global {
     pscom_list_t dirty;        /* connections with work for the poller */
     pscom_list_t failed;       /* connections with a failure to report */
     pscom_list_t prepost;      /* idle connections to post a receive for (ucp_recv.c) */
+    pscom_list_t wiring;       /* connections whose handshake waits for the wire-up */
 } ucp_global_t;
 extern ucp_global_t ucp_g;
 
@@ -273,6 +277,9 @@ void ucp_con_close(pscom_con_t *con);
 int ucp_con_check_failed(ucp_con_t *uc);
 /* read the handshake socket: goodbye byte, or EOF (sets sock_dead) */
 void ucp_sock_poll(ucp_con_t *uc);
+/* the poller, while ucp_g.wiring is not empty: wire-ups done, failed or
+ * timed out go back to the core (pscom_con_handshake_done) */
+void ucp_wiring_check(void);
 
 /* handshake blob: magic, version, address length, connection id, check */
 #define UCP_BLOB_HDR 24

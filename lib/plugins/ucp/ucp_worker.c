@@ -35,6 +35,7 @@ ucp_global_t ucp_g = {
     .dirty  = PSCOM_LIST_INIT(ucp_g.dirty),
     .failed = PSCOM_LIST_INIT(ucp_g.failed),
     .prepost = PSCOM_LIST_INIT(ucp_g.prepost),
+    .wiring  = PSCOM_LIST_INIT(ucp_g.wiring),
 };
 
 uint64_t ucp_now_us(void)
@@ -239,6 +240,7 @@ static int ucp_poll(pscom_poller_t *poller)
         ucp_rx_preposts();
         in_poll = 0;
     }
+    if (pscom_unlikely(!pscom_list_empty(&ucp_g.wiring))) ucp_wiring_check();
     unsigned cbs = ucp_g.rx_cbs;
     ucp_g.in_poll_progress = 1;
     unsigned n             = ucp_worker_progress(ucp_g.worker);
@@ -421,4 +423,5 @@ void ucp_worker_fini(void)
     pscom_list_init(&ucp_g.dirty);
     pscom_list_init(&ucp_g.failed);
     pscom_list_init(&ucp_g.prepost);
+    pscom_list_init(&ucp_g.wiring);
 }

@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 5
+#define PSCOM_PLUGIN_ABI_VERSION 6
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -72,7 +72,11 @@ typedef struct pscom_plugin_ops {
      * Sequence: connect side con_offer -> accept side con_accept -> connect
      * side con_connect -> accept side con_confirm -> both con_start. Any op
      * returning <0 makes the core try the next plugin; con_abort is then
-     * called on each side that ran a handshake op for this plugin. */
+     * called on each side that ran a handshake op for this plugin.
+     * con_connect and con_confirm may return PSCOM_PLUGIN_PENDING instead of
+     * waiting for something (con_connect has filled in confirm then): the
+     * handshake of this connection waits, nothing else does, until the
+     * plugin calls pscom_con_handshake_done() (see there). */
     int (*con_offer)(pscom_con_t *con, const pscom_precon_peer_t *peer,
                      void *blob, size_t *len);
     int (*con_accept)(pscom_con_t *con, const pscom_precon_peer_t *peer,
@@ -138,6 +142,17 @@ PSCOM_PLUGIN_API const char *pscom_con_name(pscom_con_t *con); /* for logs */
  * a protocol error in what the peer sent, an abort), when the peer may
  * still be waiting for our EOF and must be told otherwise. */
 PSCOM_PLUGIN_API int pscom_con_closing_gracefully(pscom_con_t *con);
+
+/* The step that returned PSCOM_PLUGIN_PENDING (con_connect or con_confirm)
+ * is over: rc 0 (as if the op had returned 0) or <0. Called once, from the
+ * progress engine (the plugin's poller, say), never from inside a handshake
+ * op; the core goes on at its next pass. The plugin must bound its wait:
+ * until then the handshake's own watchdog (PSP_PRECON_TCP_RECONNECT_TIMEOUT x
+ * PSP_PRECON_TCP_CONNECT_STALLED_MAX, 12 s by default) is the only limit. If
+ * the handshake ends first (the peer gave up, the watchdog), con_abort comes
+ * instead, and this must not be called after it. (ABI version 6) */
+#define PSCOM_PLUGIN_PENDING 1
+PSCOM_PLUGIN_API void pscom_con_handshake_done(pscom_con_t *con, int rc);
 /* Sends of at least size bytes use the rendezvous protocol on this
  * connection (default: PSP_RENDEZVOUS). Call from con_start. */
 PSCOM_PLUGIN_API void pscom_con_set_rendezvous_size(pscom_con_t *con, size_t size);
