@@ -36,9 +36,6 @@
 #include "pscom_wire.h"
 #include "ucp_priv.h"
 
-#define TAG_DONE 0x444f4e45u
-#define TAG_ECHO 0x4543484fu
-#define MSG_LEN  100
 #define CHECK_FAILED "fails its check: worker address not used"
 
 enum hs_mode {
@@ -117,32 +114,6 @@ static void check_type(pscom_connection_t *con, const char *want)
     TU_ASSERT_STR_EQ(pscom_con_type_str(con->type), want);
 }
 
-/* An echo with content check, then TAG_DONE from the client: the server
- * closes only once the client has its answer. */
-static void echo_server(pscom_connection_t *con, unsigned seed)
-{
-    unsigned char buf[MSG_LEN];
-    uint32_t tag = TAG_ECHO;
-    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
-    TU_ASSERT_PATTERN(buf, sizeof(buf), seed);
-    pscom_send(con, &tag, sizeof(tag), buf, sizeof(buf));
-    tu_wait_tag(con, NULL, TAG_DONE);
-    pscom_close_connection(con);
-}
-
-static void echo_client(pscom_connection_t *con, unsigned seed)
-{
-    unsigned char data[MSG_LEN], buf[MSG_LEN];
-    tu_fill(data, sizeof(data), seed);
-    memset(buf, 0, sizeof(buf));
-    uint32_t tag = TAG_ECHO;
-    pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
-    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
-    TU_ASSERT_PATTERN(buf, sizeof(buf), seed);
-    tu_send_tag(con, TAG_DONE);
-    pscom_close_connection(con);
-}
-
 /* The side that received the garbled address logged one error and fell
  * back to tcp; the other side garbled it. Then ucp works again. */
 static void check_side(enum hs_mode garbler)
@@ -160,12 +131,12 @@ static int bad_server(tu_ctx_t *ctx)
     if (run_mode == HS_BAD_REPLY) arm = HS_BAD_REPLY;
     tu_server_accept_all(ctx, sock, cons);
     check_type(cons[1], "tcp");
-    echo_server(cons[1], 1);
+    tu_echo_server(cons[1], 1);
     check_side(HS_BAD_REPLY);
 
     tu_server_accept_all(ctx, sock, cons);
     check_type(cons[1], "ucp");
-    echo_server(cons[1], 2);
+    tu_echo_server(cons[1], 2);
     check_side(HS_BAD_REPLY);
     tu_log_file_remove();
     pscom_close_socket(sock);
@@ -178,12 +149,12 @@ static int bad_client(tu_ctx_t *ctx)
     if (run_mode == HS_BAD_OFFER) arm = HS_BAD_OFFER;
     pscom_connection_t *con = tu_client_connect(ctx, sock);
     check_type(con, "tcp");
-    echo_client(con, 1);
+    tu_echo_client(con, 1);
     check_side(HS_BAD_OFFER);
 
     con = tu_client_connect(ctx, sock);
     check_type(con, "ucp");
-    echo_client(con, 2);
+    tu_echo_client(con, 2);
     check_side(HS_BAD_OFFER);
     tu_log_file_remove();
     pscom_close_socket(sock);
@@ -231,7 +202,7 @@ static int hs_server(tu_ctx_t *ctx)
     tu_log("client 2's hello %llu ms after client 1 %s", (unsigned long long)(now_ms() - t0),
            stopped_run ? "stopped" : "died");
     tu_send_tag(con, TU_TAG_WELCOME);
-    echo_server(con, 6);
+    tu_echo_server(con, 6);
     if (stopped_run) kill(ctx->client_pids[1], SIGKILL);
     pscom_close_socket(sock);
     return 0;
@@ -248,7 +219,7 @@ static int hs_client(tu_ctx_t *ctx)
     }
     tu_client_get_ep(ctx); /* the first thing on the control channel */
     tu_wait_signal(ctx, TU_SERVER);
-    echo_client(tu_client_connect(ctx, sock), 6);
+    tu_echo_client(tu_client_connect(ctx, sock), 6);
     pscom_close_socket(sock);
     return 0;
 }

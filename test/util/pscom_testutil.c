@@ -770,6 +770,33 @@ pscom_connection_t *tu_wait_tag(pscom_connection_t *con, pscom_socket_t *sock,
     return from;
 }
 
+#define TU_ECHO_LEN 100
+#define TU_TAG_ECHO 0xF00DEC40u
+
+void tu_echo_server(pscom_connection_t *con, uint32_t seed)
+{
+    unsigned char buf[TU_ECHO_LEN];
+    uint32_t tag = TU_TAG_ECHO;
+    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
+    TU_ASSERT_PATTERN(buf, sizeof(buf), seed);
+    pscom_send(con, &tag, sizeof(tag), buf, sizeof(buf));
+    tu_wait_tag(con, NULL, TU_TAG_DONE);
+    pscom_close_connection(con);
+}
+
+void tu_echo_client(pscom_connection_t *con, uint32_t seed)
+{
+    unsigned char data[TU_ECHO_LEN], buf[TU_ECHO_LEN];
+    tu_fill(data, sizeof(data), seed);
+    memset(buf, 0, sizeof(buf));
+    uint32_t tag = TU_TAG_ECHO;
+    pscom_send(con, &tag, sizeof(tag), data, sizeof(data));
+    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, sizeof(buf)));
+    TU_ASSERT_PATTERN(buf, sizeof(buf), seed);
+    tu_send_tag(con, TU_TAG_DONE);
+    pscom_close_connection(con);
+}
+
 void tu_wait_flag(volatile int *flag)
 {
     while (!*flag) pscom_wait_any();

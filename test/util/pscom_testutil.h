@@ -264,6 +264,13 @@ void tu_send_tag(pscom_connection_t *con, uint32_t tag);
  * sock). Returns the connection it came from. */
 pscom_connection_t *tu_wait_tag(pscom_connection_t *con, pscom_socket_t *sock,
                                 uint32_t tag);
+/* An echo of 100 bytes (pattern seed) with content checks, then the
+ * connection is closed: the client sends, the server checks and sends it
+ * back, the client checks and sends TU_TAG_DONE, the server closes only
+ * after that. */
+#define TU_TAG_DONE 0xF00DD0E5u
+void tu_echo_server(pscom_connection_t *con, uint32_t seed);
+void tu_echo_client(pscom_connection_t *con, uint32_t seed);
 /* recv_accept that accepts messages whose first xheader u32 equals
  * *(uint32_t *)request->user (request created with user_size >= 4). */
 int tu_accept_tag(pscom_request_t *req, pscom_connection_t *con,

@@ -1,0 +1,74 @@
+/*
+ * itest_precon_pending: a plugin's handshake step that ends later
+ * (PSCOM_PLUGIN_PENDING, then pscom_con_handshake_done) and fails. The
+ * plugin is pending_module.c, loaded as "openib" from PSP_PLUGINDIR, above
+ * tcp; shm and ucp are off.
+ *
+ *   precon_pending_connect  con_connect pends (client): the client must
+ *                           cancel the plugin and offer tcp
+ *   precon_pending_confirm  con_confirm pends (server): the server must
+ *                           answer CONFIRM_FAIL, and the client offer tcp
+ *
+ * Each time the connection comes up over tcp and carries a checked echo,
+ * and exactly the side whose step pended logged its failure once.
+ */
+#include "pscom_testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *step; /* "connect" or "confirm" */
+
+static void check_log(int pended)
+{
+    char line[64];
+    snprintf(line, sizeof(line), "pending: the %s step failed", step);
+    TU_ASSERT_EQ(tu_log_file_count(line), pended);
+    TU_ASSERT_EQ(tu_log_file_count("pending: the"), pended);
+    tu_log_file_remove();
+}
+
+static int server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    TU_ASSERT_STR_EQ(pscom_con_type_str(cons[1]->type), "tcp");
+    tu_echo_server(cons[1], 1);
+    pscom_close_socket(sock);
+    check_log(!strcmp(step, "confirm"));
+    return 0;
+}
+
+static int client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    TU_ASSERT_STR_EQ(pscom_con_type_str(con->type), "tcp");
+    tu_echo_client(con, 1);
+    pscom_close_socket(sock);
+    check_log(!strcmp(step, "connect"));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const steps[] = {"connect", "confirm"};
+    setenv("PSP_PLUGINDIR", PSCOM_TEST_PENDING_MODULE_DIR, 1);
+    setenv("PSP_OPENIB", "1", 1);
+    setenv("PSP_TCP", "1", 1);
+    setenv("PSP_SHM", "0", 1);
+    setenv("PSP_UCP", "0", 1);
+    unsetenv("PSCOM_TEST_CONTYPE");
+    tu_log_files("itest_precon_pending", 1);
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        step = steps[i];
+        snprintf(name, sizeof(name), "precon_pending_%s", step);
+        if (argc > 1 && strcmp(argv[1], name)) continue;
+        setenv("PENDING_STEP", step, 1);
+        if (tu_run(name, 1, server, client, NULL)) return 1;
+    }
+    return 0;
+}
