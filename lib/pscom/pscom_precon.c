@@ -629,7 +629,8 @@ static void handle_accept(pscom_precon_t *pre, const unsigned char *p, size_t le
     unsigned char confirm[PSCOM_PRECON_BLOB_MAX];
     size_t clen = 0;
     int rc      = 0;
-    if (pre->cand->ops->con_connect) rc = pre->cand->ops->con_connect(pre->con, p, len, confirm, &clen);
+    if (pre->cand->ops->con_connect)
+        rc = pre->cand->ops->con_connect(pre->con, p, len, confirm, &clen);
     if (rc == PSCOM_PLUGIN_PENDING) {
         if (clen > PSCOM_PRECON_BLOB_MAX) clen = PSCOM_PRECON_BLOB_MAX;
         pre->pending_confirm = malloc(clen ? clen : 1);

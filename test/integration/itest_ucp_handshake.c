@@ -87,7 +87,8 @@ __attribute__((visibility("default"))) ssize_t send(int fd, const void *buf, siz
                 copy = tu_malloc(len);
                 memcpy(copy, buf, len);
             }
-            for (size_t i = (size_t)(blob - in) + UCP_BLOB_HDR; i < body + blen; i++) copy[i] ^= 0x5a;
+            for (size_t i = (size_t)(blob - in) + UCP_BLOB_HDR; i < body + blen; i++)
+                copy[i] ^= 0x5a;
             garbled++;
             arm = HS_NONE;
         }
