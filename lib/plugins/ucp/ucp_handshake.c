@@ -40,15 +40,18 @@
 #define UCP_BLOB_CHECK_OFF 16 /* the check: 8 bytes after magic, version, addr_len, id */
 _Static_assert(UCP_BLOB_HDR == UCP_BLOB_CHECK_OFF + 8 && UCP_CONFIRM_LEN == 8, "blob layout");
 
+static uint64_t fnv1a(uint64_t h, const unsigned char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
 /* 64-bit FNV-1a over the header up to the check and the address that
  * follows it (addr_len bytes). */
 static uint64_t blob_check(const unsigned char *blob, size_t addr_len)
 {
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
-    for (size_t i = 0; i < UCP_BLOB_CHECK_OFF; i++) h = (h ^ blob[i]) * UINT64_C(0x100000001b3);
-    for (size_t i = 0; i < addr_len; i++)
-        h = (h ^ blob[UCP_BLOB_HDR + i]) * UINT64_C(0x100000001b3);
-    return h;
+    uint64_t h = fnv1a(UINT64_C(0xcbf29ce484222325), blob, UCP_BLOB_CHECK_OFF);
+    return fnv1a(h, blob + UCP_BLOB_HDR, addr_len);
 }
 
 /* The header of a blob whose address (addr_len bytes) is already in place

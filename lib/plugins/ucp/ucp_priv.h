@@ -277,8 +277,8 @@ void ucp_con_close(pscom_con_t *con);
 int ucp_con_check_failed(ucp_con_t *uc);
 /* read the handshake socket: goodbye byte, or EOF (sets sock_dead) */
 void ucp_sock_poll(ucp_con_t *uc);
-/* the poller, while ucp_g.wiring is not empty: wire-ups done, failed or
- * timed out go back to the core (pscom_con_handshake_done) */
+/* the poller (its work part), while ucp_g.wiring is not empty: wire-ups
+ * done, failed or timed out go back to the core (pscom_con_handshake_done) */
 void ucp_wiring_check(void);
 
 /* handshake blob: magic, version, address length, connection id, check */

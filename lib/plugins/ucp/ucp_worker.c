@@ -187,6 +187,9 @@ static __attribute__((noinline)) int poll_work(unsigned n, unsigned cbs)
         if (n > cbs || !(++ucp_g.busy_polls & (UCP_BUSY_PROBE_EVERY - 1))) ucp_g.must_probe = 1;
     }
     if (!pscom_list_empty(&ucp_g.dirty)) progress |= run_dirty();
+    /* here, not in every pass: this part runs every UCP_IDLE_CLOCK_EVERY
+     * idle passes (their probe) and every UCP_BUSY_PROBE_EVERY busy ones */
+    if (!pscom_list_empty(&ucp_g.wiring)) ucp_wiring_check();
 
     if (ucp_g.must_probe) {
         ucp_tag_recv_info_t info;
@@ -240,7 +243,6 @@ static int ucp_poll(pscom_poller_t *poller)
         ucp_rx_preposts();
         in_poll = 0;
     }
-    if (pscom_unlikely(!pscom_list_empty(&ucp_g.wiring))) ucp_wiring_check();
     unsigned cbs = ucp_g.rx_cbs;
     ucp_g.in_poll_progress = 1;
     unsigned n             = ucp_worker_progress(ucp_g.worker);
