@@ -20,6 +20,13 @@
  *                            message of the handshake (see hs_server);
  *   ucp_handshake_stopped    one that stops there, alive: it never
  *                            progresses its UCX worker again.
+ *   ucp_handshake_wireup_timeout
+ *                            one that stops there until the server's
+ *                            PSP_UCP_WIREUP_TIMEOUT (300 ms) has run out
+ *                            (over UCX's tcp; over shared memory UCX wires
+ *                            up without the peer): the server declines ucp
+ *                            with one logged error, and the connection
+ *                            comes up over tcp once the client goes on.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -44,6 +51,7 @@ enum hs_mode {
     HS_BAD_REPLY,          /* ... in our next ACCEPT with a ucp blob */
     HS_DIE_AFTER_CONFIRM,  /* SIGKILL ourselves once a CONFIRM has gone out */
     HS_STOP_AFTER_CONFIRM, /* tell the server, then SIGSTOP ourselves */
+    HS_PAUSE_AFTER_CONFIRM, /* the same, and go on when continued */
 };
 
 static volatile enum hs_mode arm;
@@ -97,9 +105,13 @@ __attribute__((visibility("default"))) ssize_t send(int fd, const void *buf, siz
     ssize_t n = real(fd, copy ? copy : buf, len, flags);
     free(copy);
     if (die && n > 0) {
-        if (arm == HS_STOP_AFTER_CONFIRM) {
+        if (arm >= HS_STOP_AFTER_CONFIRM) {
             tu_signal(stop_ctx, TU_SERVER, 1);
-            raise(SIGSTOP); /* the server SIGKILLs us in the end */
+            raise(SIGSTOP); /* the server SIGKILLs or SIGCONTs us */
+        }
+        if (arm == HS_PAUSE_AFTER_CONFIRM) {
+            arm = HS_NONE;
+            return n;
         }
         raise(SIGKILL);
     }
@@ -169,7 +181,7 @@ static int bad_client(tu_ctx_t *ctx)
  * endpoint and waits for UCX's wire-up with a process that is gone).
  * Client 2 connects only then, and must be served at once: the server
  * neither stalls nor fails. The plugin's wait for the wire-up is bounded
- * by UCP_WIREUP_TIMEOUT_US (10 s); the watchdog is set below that (UCX
+ * by PSP_UCP_WIREUP_TIMEOUT (10 s); the watchdog is set below that (UCX
  * fails the endpoint to a dead process at once: 5-7 ms here over tcp and
  * over shared memory).
  * ucp_handshake_stopped: client 1 stops instead, alive but never
@@ -225,6 +237,72 @@ static int hs_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- the wire-up's time bound ---------------------------------------------------------- */
+
+#define WIREUP_TIMEOUT_MS "300"
+#define WIREUP_TIMED_OUT  "no answer from the peer's worker within " WIREUP_TIMEOUT_MS " ms"
+
+/* UCX needs the peer's progress for the wire-up over tcp, not over shared memory */
+static int wireup_needs_peer(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    return tls && strstr(tls, "tcp");
+}
+
+/* Progress pscom until process pid is stopped (it signals before it stops). */
+static void wait_stopped_progress(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    for (;;) {
+        FILE *f = fopen(path, "r");
+        TU_ASSERT(f != NULL);
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n]          = 0;
+        const char *st  = strrchr(buf, ')'); /* "pid (comm) S ..." */
+        if (st && st[1] == ' ' && st[2] == 'T') return;
+        pscom_test_any();
+    }
+}
+
+static int wt_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_step("waiting for the client to stop in the handshake");
+    tu_wait_signal_progress(ctx, 1);
+    if (wireup_needs_peer()) {
+        tu_step("waiting for the wire-up to time out");
+        while (!tu_log_file_count(WIREUP_TIMED_OUT)) pscom_test_any();
+    }
+    wait_stopped_progress(ctx->client_pids[1]);
+    TU_ASSERT_EQ(kill(ctx->client_pids[1], SIGCONT), 0);
+    pscom_connection_t *con = tu_wait_tag(NULL, sock, TU_TAG_HELLO);
+    tu_send_tag(con, TU_TAG_WELCOME);
+    check_type(con, wireup_needs_peer() ? "tcp" : "ucp");
+    tu_echo_server(con, 7);
+    TU_ASSERT_EQ(tu_log_file_count(WIREUP_TIMED_OUT), wireup_needs_peer());
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int wt_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    stop_ctx                = ctx;
+    arm                     = HS_PAUSE_AFTER_CONFIRM;
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    TU_ASSERT_EQ(arm, HS_NONE);
+    check_type(con, wireup_needs_peer() ? "tcp" : "ucp");
+    tu_echo_client(con, 7);
+    TU_ASSERT_EQ(tu_log_file_count(WIREUP_TIMED_OUT), 0);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const char *const names[] = {
@@ -242,6 +320,15 @@ int main(int argc, char **argv)
         if (only && strcmp(only, names[run_mode])) continue;
         if (tu_run(names[run_mode], 1, bad_server, bad_client, NULL)) return 1;
     }
+    /* the default bound (10 s) is above the test's timeout */
+    setenv("PSP_UCP_WIREUP_TIMEOUT", WIREUP_TIMEOUT_MS, 1);
+    tu_opts_t wt_opts;
+    memset(&wt_opts, 0, sizeof(wt_opts));
+    wt_opts.timeout = 8;
+    if ((!only || !strcmp(only, "ucp_handshake_wireup_timeout")) &&
+        tu_run("ucp_handshake_wireup_timeout", 1, wt_server, wt_client, &wt_opts))
+        return 1;
+    unsetenv("PSP_UCP_WIREUP_TIMEOUT");
     unsetenv("PSP_DEBUG_OUT");
     if (tcp) setenv("PSP_TCP", tcp, 1);
     else unsetenv("PSP_TCP");
@@ -252,7 +339,7 @@ int main(int argc, char **argv)
     tu_opts_t opts;
     memset(&opts, 0, sizeof(opts));
     opts.killed_must_mask = 1u << 1;
-    opts.timeout          = 8; /* below UCP_WIREUP_TIMEOUT_US (10 s) */
+    opts.timeout          = 8; /* below PSP_UCP_WIREUP_TIMEOUT (10 s) */
     static const char *const hs_names[] = {"ucp_handshake_death", "ucp_handshake_stopped"};
     for (stopped_run = 0; stopped_run < 2; stopped_run++) {
         if (only && strcmp(only, hs_names[stopped_run])) continue;

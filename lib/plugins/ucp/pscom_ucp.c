@@ -25,6 +25,10 @@ static const pscom_env_entry_t ucp_env[] = {
      "UCX 1.13 then moves large messages over tcp without RDMA-style zero copy, about a third "
      "slower); 0: dead peers are noticed through the handshake socket only",
      &ucp_cfg.err_handling, PSCOM_ENV_UINT, 0},
+    {"WIREUP_TIMEOUT", "10000", "ms a new connection waits for UCX's wire-up with the peer "
+     "before the handshake goes on to the next transport (0: no limit of its own; the "
+     "handshake's stall watchdog, PSP_PRECON_TCP_RECONNECT_TIMEOUT x _CONNECT_STALLED_MAX, "
+     "then ends the attempt)", &ucp_cfg.wireup_timeout_ms, PSCOM_ENV_UINT, 0},
     {NULL},
 };
 

@@ -194,10 +194,11 @@ static int ep_create(ucp_con_t *uc, const void *addr, size_t addr_len)
  * not complete without it, as it does over tcp). The handshake of this
  * connection waits for it (PSCOM_PLUGIN_PENDING), nothing else does:
  * ucp_wiring_check(), from the poller, reports the end, at most
- * UCP_WIREUP_TIMEOUT_US later (below the core's handshake watchdog). A peer
- * that stops progressing in between (a stopped process, over UCX's tcp)
- * used to block the whole process for those 10 s. */
-#define UCP_WIREUP_TIMEOUT_US 10000000
+ * PSP_UCP_WIREUP_TIMEOUT ms later (default 10 s, below the core's stall
+ * watchdog of 12 s: the handshake then goes on to the next transport
+ * instead of starting the attempt again). A peer that stops progressing in
+ * between (a stopped process, over UCX's tcp) used to block the whole
+ * process for those 10 s. */
 
 static void flush_cb(void *request, ucs_status_t status, void *user_data)
 {
@@ -255,20 +256,25 @@ void ucp_wiring_check(void)
     {
         ucp_con_t *uc = pscom_list_entry(pos, ucp_con_t, wiring_next);
         ucp_req_t *r  = uc->wire_req;
-        const char *err = NULL;
+        int failed    = 1;
         if (r->completed) {
-            if (r->status != UCS_OK) err = ucs_status_string(r->status);
+            failed = r->status != UCS_OK;
+            if (failed)
+                plog_err("%s: ucp: connecting: %s", pscom_con_name(uc->con),
+                         ucs_status_string(r->status));
         } else if (uc->ep_failed) {
-            err = "endpoint error";
+            plog_err("%s: ucp: connecting: endpoint error", pscom_con_name(uc->con));
         } else {
+            uint64_t limit_us = (uint64_t)ucp_cfg.wireup_timeout_ms * 1000;
             if (!now) now = ucp_now_us();
-            if (now - uc->wire_t0_us < UCP_WIREUP_TIMEOUT_US) continue;
-            err = "no answer from the peer's worker within 10 s";
+            if (!limit_us || now - uc->wire_t0_us < limit_us) continue;
+            plog_err("%s: ucp: connecting: no answer from the peer's worker within %u ms "
+                     "(PSP_UCP_WIREUP_TIMEOUT)",
+                     pscom_con_name(uc->con), ucp_cfg.wireup_timeout_ms);
         }
         ucp_g.must_probe = 1; /* messages may have arrived meanwhile */
-        if (err) plog_err("%s: ucp: connecting: %s", pscom_con_name(uc->con), err);
         wiring_end(uc);
-        pscom_con_handshake_done(uc->con, err ? -1 : 0);
+        pscom_con_handshake_done(uc->con, failed ? -1 : 0);
     }
 }
 

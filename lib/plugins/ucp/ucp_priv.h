@@ -69,6 +69,7 @@ typedef struct ucp_cfg {
     unsigned rendezvous;     /* PSP_UCP_RENDEZVOUS: pscom-level threshold (inf) */
     unsigned small_msg_len;  /* PSP_UCP_SMALL_MSG_LEN: packed into one send */
     unsigned err_handling;   /* PSP_UCP_ERR_HANDLING: UCP_ERR_HANDLING_MODE_PEER (0) */
+    unsigned wireup_timeout_ms; /* PSP_UCP_WIREUP_TIMEOUT: bound of the wire-up (10000; 0: none) */
 } ucp_cfg_t;
 extern ucp_cfg_t ucp_cfg;
 
