@@ -7,11 +7,20 @@
 # idle polling passes are counted. Two runs (W and W+N round trips) are
 # subtracted, so connection setup and warm-up drop out.
 #
+# With CRIT=1 (ucp-shm, ucp-tcp) it counts only the critical path instead:
+# on an echoing pscom_pp --sepbuf server, from the completion of a pre-posted
+# receive (the plugin's recv_cb) to the reply's ucp_tag_send_nbx, i.e. what
+# lies between a message's arrival and its answer (the plugin built with
+# -DPSCOM_UCP_CRIT_COUNT, lib/plugins/ucp/ucp_priv.h). Work after the send
+# (retiring it, posting the next receive) is not counted there: it overlaps
+# with the message's way to the peer.
+#
 # Usage: bench/instr.sh [TRANSPORT]   TRANSPORT: ucp-shm (default), ucp-tcp, shm, tcp
 #
 # Environment:
+#   CRIT=1         the critical path only (see above)
 #   BUILD_DIR=dir  configured build tree (default <repo>/build-instr, configured
-#                  as Release with -g on first use)
+#                  as Release with -g on first use; with CRIT=1 build-instr-crit)
 #   N=5000         round trips counted; W=500 round trips subtracted
 #   XH=12          xheader bytes (pscom_pp's default)
 #   TOP=40         functions listed (those of at least 1 instruction per round trip)
@@ -32,6 +41,7 @@ W=${W:-500}
 XH=${XH:-12}
 TOP=${TOP:-40}
 KEEP=${KEEP:-0}
+CRIT=${CRIT:-0}
 
 [[ $N =~ ^[1-9][0-9]*$ && $W =~ ^[1-9][0-9]*$ ]] || die "N and W must be positive integers"
 [[ $XH =~ ^[0-9]+$ ]] && ((XH <= 100)) || die "XH must be 0..100"
@@ -45,6 +55,7 @@ shm) TENV=(PSP_UCP=0) ;;
 tcp) TENV=(PSP_UCP=0 PSP_SHM=0) ;;
 *) die "unknown transport '$TRANSPORT' (ucp-shm, ucp-tcp, shm, tcp)" ;;
 esac
+[[ $CRIT == 0 || $TRANSPORT == ucp-* ]] || die "CRIT=1 needs a ucp transport (ucp-shm, ucp-tcp)"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/pscom-instr.XXXXXX")
 SERVER_PID=
@@ -58,9 +69,15 @@ cleanup() {
 trap cleanup EXIT
 
 # --- build ---------------------------------------------------------------------
+CFLAGS_=-g
+if [[ $CRIT == 1 ]]; then
+    BUILD_DIR=${BUILD_DIR:-$REPO/build-instr-crit}
+    CFLAGS_="-g -DPSCOM_UCP_CRIT_COUNT"
+    [[ -f /usr/include/valgrind/callgrind.h ]] || die "valgrind/callgrind.h not found (Debian: valgrind)"
+fi
 BUILD_DIR=${BUILD_DIR:-$REPO/build-instr}
 if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-    cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g \
+    cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="$CFLAGS_" \
         -DPSCOM_BUILD_TESTS=OFF >"$TMP/configure.log" 2>&1 ||
         { cat "$TMP/configure.log" >&2; die "configuring $BUILD_DIR failed"; }
 fi
@@ -107,8 +124,38 @@ run() { # run <round trips> <callgrind output>
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=
 }
-run "$W" "$TMP/cg.a"
-run $((W + N)) "$TMP/cg.b"
+# CRIT=1: the pscom_pp --sepbuf server under callgrind (its critical paths only)
+run_crit() { # run_crit <round trips> <callgrind output>
+    local n=$1 out=$2 sout=$2.server ep= i
+    "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind --collect-atstart=no \
+        --callgrind-out-file="$out" "$BUILD_DIR/bin/pscom_pp" -l 0 --sepbuf >"$sout" 2>&1 &
+    SERVER_PID=$!
+    for ((i = 0; i < 300; i++)); do
+        ep=$(awk '$2 == "-c" { print $3; exit }' "$sout")
+        [[ -n $ep ]] && break
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$sout" >&2; die "the server exited"; }
+        sleep 0.1
+    done
+    [[ -n $ep ]] || { cat "$sout" >&2; die "the server printed no endpoint"; }
+    "${ENVV[@]}" taskset -c 0 "$BUILD_DIR/bin/pscom_pp" -c "$ep" --minsize 8 --maxsize 8 \
+        -n "$n" --warmup 10 --xheader "$XH" -t 100000000 >"$out.log" 2>&1 ||
+        { cat "$out.log" >&2; die "the client failed ($n round trips)"; }
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+    [[ -s $out ]] || die "callgrind wrote no output for the server"
+}
+if [[ $CRIT == 1 ]]; then
+    cmake --build "$BUILD_DIR" --target pscom_pp -j "$(nproc 2>/dev/null || echo 2)" \
+        >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; die "building pscom_pp failed"; }
+    run_crit "$W" "$TMP/cg.a"
+    run_crit $((W + N)) "$TMP/cg.b"
+    WHAT="8 B message (xheader $XH), critical path of the echoing server (recv_cb to ucp_tag_send_nbx)"
+else
+    run "$W" "$TMP/cg.a"
+    run $((W + N)) "$TMP/cg.b"
+    WHAT="8 B round trip (xheader $XH), client side"
+fi
 
 # --- per function and object -------------------------------------------------------
 flat() { # self instructions per function: "<count> <object> <file:function>"
@@ -125,7 +172,7 @@ flat() { # self instructions per function: "<count> <object> <file:function>"
 flat "$TMP/cg.a" >"$TMP/a.txt"
 flat "$TMP/cg.b" >"$TMP/b.txt"
 
-awk -v n="$N" -v top="$TOP" -v tr="$TRANSPORT" -v xh="$XH" '
+awk -v n="$N" -v top="$TOP" -v tr="$TRANSPORT" -v what="$WHAT" '
     FNR == NR { a[$2 " " $3] += $1; next }
     { b[$2 " " $3] += $1 }
     END {
@@ -136,16 +183,17 @@ awk -v n="$N" -v top="$TOP" -v tr="$TRANSPORT" -v xh="$XH" '
             obj = p[1]; fn = p[2]
             # the FIFO read() is the harness, not the round trip
             if (fn ~ /(^|:)(read|__libc_read)$/ || fn ~ /^read\.c:/ || fn ~ /cancel/) { harness += d; continue }
-            if (obj ~ /^instr_pp/) obj = "program"
+            if (obj ~ /^(instr_pp|pscom_pp)/) obj = "program"
             byobj[obj] += d; total += d
             if (d >= 1) rows[++m] = sprintf("%9.1f  %-14s %s", d, obj, fn)
         }
-        printf "# instructions per 8 B round trip (xheader %d), client side, %s: callgrind, %d round trips\n", xh, tr, n
+        printf "# instructions per %s, %s: callgrind, %d round trips\n", what, tr, n
         printf "%-16s %9s\n", "object", "instr/RT"
         for (o in byobj) if (byobj[o] >= 0.5) printf "%-16s %9.0f\n", o, byobj[o] | "sort -k2 -nr"
         close("sort -k2 -nr")
         printf "%-16s %9.0f\n", "total", total
-        printf "(not counted: the harness FIFO read, %.0f)\n\n", harness
+        if (harness >= 0.5) printf "(not counted: the harness FIFO read, %.0f)\n", harness
+        printf "\n"
         printf "%9s  %-14s %s\n", "instr/RT", "object", "function"
         for (i = 1; i <= m; i++) print rows[i] | ("sort -nr | head -n " top)
     }' "$TMP/a.txt" "$TMP/b.txt"

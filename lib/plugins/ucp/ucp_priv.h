@@ -164,6 +164,33 @@ typedef struct ucp_con {
     size_t rxbuf_cap;
 } ucp_con_t;
 
+/* ---- critical-path count (bench/instr.sh CRIT=1) ---------------------------------------
+ * Built with -DPSCOM_UCP_CRIT_COUNT, callgrind counts only from the
+ * completion of a pre-posted receive (recv_cb) to the next send's
+ * ucp_tag_send_nbx: what an echoing peer executes between a message's
+ * arrival and its answer. Nothing in a normal build. */
+#ifdef PSCOM_UCP_CRIT_COUNT
+#include <valgrind/callgrind.h>
+extern int ucp_crit_on;
+#define UCP_CRIT_BEGIN()                                                                          \
+    do {                                                                                          \
+        if (!ucp_crit_on) {                                                                       \
+            ucp_crit_on = 1;                                                                      \
+            CALLGRIND_TOGGLE_COLLECT;                                                             \
+        }                                                                                         \
+    } while (0)
+#define UCP_CRIT_END()                                                                            \
+    do {                                                                                          \
+        if (ucp_crit_on) {                                                                        \
+            ucp_crit_on = 0;                                                                      \
+            CALLGRIND_TOGGLE_COLLECT;                                                             \
+        }                                                                                         \
+    } while (0)
+#else
+#define UCP_CRIT_BEGIN() ((void)0)
+#define UCP_CRIT_END()   ((void)0)
+#endif
+
 /* ---- ucp_worker.c: the process-wide context and worker ------------------------ */
 
 typedef struct ucp_global {

@@ -31,6 +31,10 @@
 
 #define RXBUF_MIN UCP_MSG_MAX /* every receive buffer takes a MSG */
 
+#ifdef PSCOM_UCP_CRIT_COUNT
+int ucp_crit_on;
+#endif
+
 /* ---- generic datatype: keep a prefix, drop the rest ----------------------------- */
 
 static void *pt_start_pack(void *context, const void *buffer, size_t count)
@@ -158,6 +162,7 @@ static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_
     r->status     = status;
     ucp_g.rx_cbs++; /* see ucp_poll */
     if (r->type == UCP_REQ_PREPOST) {
+        UCP_CRIT_BEGIN();
         ucp_g.preposts--;
         if (info) r->len = info->length;
         /* the usual small message: ucp_poll delivers it right after progress */

@@ -56,6 +56,7 @@ static const ucp_request_param_t send_imm_prm = { /* must complete at once */
 static inline ucs_status_t send_one(ucp_con_t *uc, const void *buf, size_t len, unsigned kind,
                                     const ucp_request_param_t *prm, char *heap)
 {
+    UCP_CRIT_END();
     ucs_status_ptr_t st =
         ucp_tag_send_nbx(uc->ep, buf, len, ucpt_make(uc->peer_id, kind, uc->tx_seq), prm);
     /* over "self" the message is already in our own unexpected queue */
