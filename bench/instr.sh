@@ -104,18 +104,23 @@ fi
 
 # --- runs ------------------------------------------------------------------------
 ENVV=(env PSP_OPENIB=0 "${TENV[@]}" LD_LIBRARY_PATH="$LIB" LD_PRELOAD="$PRELOAD")
-run() { # run <round trips> <callgrind output>
-    local n=$1 out=$2 fifo=$TMP/fifo.$1 sout=$TMP/server.$1 ep= i
-    mkfifo "$fifo"
-    "${ENVV[@]}" taskset -c 1 "$TMP/instr_pp" s "$fifo" >"$sout" 2>&1 &
-    SERVER_PID=$!
-    for ((i = 0; i < 100; i++)); do
-        ep=$(awk '$1 == "EP" { print $2; exit }' "$sout")
+server_ep() { # server_ep <server output> <awk program>: the endpoint it prints (30 s at most)
+    local sout=$1 prog=$2 ep= i
+    for ((i = 0; i < 300; i++)); do
+        ep=$(awk "$prog" "$sout")
         [[ -n $ep ]] && break
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$sout" >&2; die "the server exited"; }
         sleep 0.1
     done
     [[ -n $ep ]] || { cat "$sout" >&2; die "the server printed no endpoint"; }
+    echo "$ep"
+}
+run() { # run <round trips> <callgrind output>
+    local n=$1 out=$2 fifo=$TMP/fifo.$1 sout=$TMP/server.$1 ep
+    mkfifo "$fifo"
+    "${ENVV[@]}" taskset -c 1 "$TMP/instr_pp" s "$fifo" >"$sout" 2>&1 &
+    SERVER_PID=$!
+    ep=$(server_ep "$sout" '$1 == "EP" { print $2; exit }')
     "${ENVV[@]}" taskset -c 0 valgrind --tool=callgrind --collect-atstart=no \
         --toggle-collect=pp_loop --callgrind-out-file="$out" \
         "$TMP/instr_pp" c "$ep" "$fifo" "$n" "$XH" >"$out.log" 2>&1 ||
@@ -126,17 +131,11 @@ run() { # run <round trips> <callgrind output>
 }
 # CRIT=1: the pscom_pp --sepbuf server under callgrind (its critical paths only)
 run_crit() { # run_crit <round trips> <callgrind output>
-    local n=$1 out=$2 sout=$2.server ep= i
+    local n=$1 out=$2 sout=$2.server ep
     "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind --collect-atstart=no \
         --callgrind-out-file="$out" "$BUILD_DIR/bin/pscom_pp" -l 0 --sepbuf >"$sout" 2>&1 &
     SERVER_PID=$!
-    for ((i = 0; i < 300; i++)); do
-        ep=$(awk '$2 == "-c" { print $3; exit }' "$sout")
-        [[ -n $ep ]] && break
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$sout" >&2; die "the server exited"; }
-        sleep 0.1
-    done
-    [[ -n $ep ]] || { cat "$sout" >&2; die "the server printed no endpoint"; }
+    ep=$(server_ep "$sout" '$2 == "-c" { print $3; exit }')
     "${ENVV[@]}" taskset -c 0 "$BUILD_DIR/bin/pscom_pp" -c "$ep" --minsize 8 --maxsize 8 \
         -n "$n" --warmup 10 --xheader "$XH" -t 100000000 >"$out.log" 2>&1 ||
         { cat "$out.log" >&2; die "the client failed ($n round trips)"; }
