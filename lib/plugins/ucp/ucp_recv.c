@@ -111,6 +111,20 @@ static const char *data_what(ucs_status_t st)
                : "receive";
 }
 
+/* the connection reads nothing more; its failure goes to the core */
+static void rx_stop(ucp_con_t *uc)
+{
+    uc->rx_failed = 1;
+    ucp_failed(uc);
+}
+
+/* a peer's message that breaks the protocol: dropped, and reading stops */
+static void rx_reject(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
+{
+    ucp_rx_discard(msg, info);
+    rx_stop(uc);
+}
+
 static void rx_fail(ucp_con_t *uc, const char *what, ucs_status_t st)
 {
     if (st == UCS_ERR_CANCELED || uc->ep_failed || uc->sock_dead) {
@@ -118,8 +132,7 @@ static void rx_fail(ucp_con_t *uc, const char *what, ucs_status_t st)
     } else {
         plog_err("%s: ucp: %s: %s", pscom_con_name(uc->con), what, ucs_status_string(st));
     }
-    uc->rx_failed = 1;
-    ucp_failed(uc);
+    rx_stop(uc);
 }
 
 /* ---- dropping ---------------------------------------------------------------------- */
@@ -194,8 +207,7 @@ static inline int deliver(ucp_con_t *uc, const char *buf, size_t len, unsigned k
 bad:
     plog_err("%s: ucp: protocol error: message of %zu bytes does not match its header",
              pscom_con_name(uc->con), len);
-    uc->rx_failed = 1;
-    ucp_failed(uc);
+    rx_stop(uc);
     return 1;
 }
 
@@ -498,9 +510,7 @@ static int rx_handle(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_in
         plog_err("%s: ucp: protocol error: message kind %u seq %u len %zu, expected seq %u%s",
                  pscom_con_name(uc->con), kind, seq, info->length, uc->rx_seq & UCPT_SEQ_MASK,
                  uc->rx_data_len ? " (data)" : "");
-        ucp_rx_discard(msg, info);
-        uc->rx_failed = 1;
-        ucp_failed(uc);
+        rx_reject(uc, msg, info);
         return 1;
     }
     uc->rx_seq++;
@@ -536,9 +546,7 @@ void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
         /* the DATA we receive by its tag would have matched: something else */
         plog_err("%s: ucp: protocol error: message kind %u len %zu where a DATA was due",
                  pscom_con_name(uc->con), ucpt_kind(info->sender_tag), info->length);
-        ucp_rx_discard(msg, info);
-        uc->rx_failed = 1;
-        ucp_failed(uc);
+        rx_reject(uc, msg, info);
         return;
     }
     if (uc->rx_req && uc->rx_req->type == UCP_REQ_PREPOST && !uc->rx_busy) prepost_cancel(uc);

@@ -270,13 +270,20 @@ static int ucp_poll(pscom_poller_t *poller)
     return poll_idle();
 }
 
+/* Operations of ours in flight that need progress (pre-posted receives
+ * do not): they keep the worker from being armed. */
+static inline int ops_in_flight(void)
+{
+    return ucp_g.inflight > ucp_g.preposts || ucp_g.rx_inflight;
+}
+
 /* Every UCP_IDLE_CLOCK_EVERY idle passes: probe anyway (cheap, and
  * robust); arm the worker and leave once nothing of ours is in flight. */
 static __attribute__((noinline)) int poll_idle_clock(void)
 {
     ucp_g.idle_polls = 0;
     ucp_g.must_probe = 1;
-    if (ucp_g.inflight > ucp_g.preposts || ucp_g.rx_inflight) return 0;
+    if (ops_in_flight()) return 0;
     uint64_t now = ucp_now_us();
     if (!ucp_g.idle_since_us) {
         ucp_g.idle_since_us = now;
@@ -294,13 +301,12 @@ static __attribute__((noinline)) int poll_idle_clock(void)
     return 0;
 }
 
-/* Operations of ours in flight (what keeps the worker from being armed):
- * a blocking wait must poll, not nap, for them (pscom_poller_t.busy). A
- * rendezvous over cma, for one, completes without an event on our side
- * while the peer copies. */
+/* A blocking wait must poll, not nap, while ops_in_flight()
+ * (pscom_poller_t.busy). A rendezvous over cma, for one, completes without
+ * an event on our side while the peer copies. */
 static int ucp_busy(pscom_poller_t *poller)
 {
-    return ucp_g.inflight > ucp_g.preposts || ucp_g.rx_inflight;
+    return ops_in_flight();
 }
 
 static void efd_handler(pscom_ufd_t *ufd, uint32_t revents)
