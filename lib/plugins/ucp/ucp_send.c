@@ -70,10 +70,8 @@ static inline ucs_status_t send_one(ucp_con_t *uc, const void *buf, size_t len, 
         ucp_wake();
         return UCS_OK;
     }
-    if (UCS_PTR_STATUS(st) == UCS_OK) {
-        uc->tx_seq++;
-        if (heap) free(heap);
-    }
+    if (heap) free(heap); /* sent at once or failed: UCX holds no reference */
+    if (UCS_PTR_STATUS(st) == UCS_OK) uc->tx_seq++;
     return UCS_PTR_STATUS(st);
 }
 
