@@ -294,6 +294,7 @@ void pscom_con_post_send(pscom_con_t *con, pscom_req_t *req, uint8_t msg_type)
     }
     /* the xheader length is 16 bits on the wire (truncated, as specified) */
     pscom_wire_header_encode(&r->header, (uint16_t)r->xheader_len, msg_type, r->data_len);
+    if (pscom_write_now(con, req)) return;
     pscom_con_queue_send(con, req);
 }
 

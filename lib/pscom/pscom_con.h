@@ -85,6 +85,9 @@ void pscom_con_setup_failed(pscom_con_t *con, pscom_err_t err);
 void pscom_con_write_kick(pscom_con_t *con);
 /* Queue an internal send (pscom_send copies, EOF, control messages). */
 void pscom_con_queue_send(pscom_con_t *con, pscom_req_t *req);
+/* The send queue is empty and the transport takes this (encoded) message
+ * whole at once (its write_now op): then it is complete, 1; else 0. */
+int pscom_write_now(pscom_con_t *con, pscom_req_t *req);
 
 /* Internal control message of the given type: xheader copied, and a data
  * area of data_copy_len bytes in the request (req->pub.data) to fill, or

@@ -282,6 +282,31 @@ int pscom_read_done(pscom_con_t *con, size_t len)
     return process_buffer(con);
 }
 
+int pscom_read_msg(pscom_con_t *con, const char *buf, size_t len)
+{
+    pscom_con_in_t *in = &con->in;
+    /* The short way: between messages, a USER message for a plain posted
+     * receive. What the general parser would do with it, without its
+     * byte-stream state (take_message, store_data, message_done). */
+    if (!in->fill && !in_data_phase(in) && !in->pinned && len >= PSCOM_WIRE_HEADER_SIZE &&
+        !((uintptr_t)buf & 7)) {
+        uint16_t xlen;
+        uint8_t type;
+        uint64_t dlen;
+        pscom_wire_header_decode(buf, &xlen, &type, &dlen);
+        pscom_req_t *req;
+        if (type == PSCOM_MSGTYPE_USER && len == PSCOM_WIRE_HEADER_SIZE + xlen + dlen &&
+            (req = pscom_match_first_posted(con, (pscom_header_net_t *)buf, xlen, dlen))) {
+            size_t n = dlen < req->pub.data_len ? (size_t)dlen : req->pub.data_len;
+            pscom_memcpy_small(req->pub.data, buf + PSCOM_WIRE_HEADER_SIZE + xlen, n);
+            pscom.progress_counter++;
+            pscom_req_complete(req);
+            return 0;
+        }
+    }
+    return pscom_read_feed(con, buf, len);
+}
+
 int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len)
 {
     pscom_con_in_t *in = &con->in;
@@ -434,14 +459,34 @@ void pscom_wire_header_get(const void *head, size_t *xheader_len, size_t *data_l
     *data_len    = (size_t)d;
 }
 
-static void send_done(pscom_con_t *con, pscom_req_t *req)
+/* A send request left the transport's hands for good. */
+static void send_complete(pscom_req_t *req)
 {
-    pscom_list_del(&req->next);
     if (req->on_done) {
         req->on_done(req);
     } else {
         pscom_req_complete(req);
     }
+}
+
+static void send_done(pscom_con_t *con, pscom_req_t *req)
+{
+    pscom_list_del(&req->next);
+    send_complete(req);
+}
+
+int pscom_write_now(pscom_con_t *con, pscom_req_t *req)
+{
+    int (*write_now)(pscom_con_t *, const struct iovec *, const struct iovec *) =
+        con->transport ? con->transport->ops->write_now : NULL;
+    if (!write_now || con->precon || !pscom_list_empty(&con->sendq)) return 0;
+    struct iovec head = {&req->pub.header, head_len(req)};
+    struct iovec data = {req->pub.data, req->pub.data_len};
+    if (!write_now(con, &head, &data)) return 0;
+    req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
+    pscom.progress_counter++;
+    send_complete(req);
+    return 1;
 }
 
 int pscom_write_done(pscom_con_t *con, size_t len)

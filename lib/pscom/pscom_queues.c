@@ -98,6 +98,18 @@ static size_t xheader_copy_len(pscom_req_t *req, size_t incoming)
     return n < incoming ? n : incoming;
 }
 
+/* The matched request takes the message's header and xheader. */
+static inline void take_header(pscom_req_t *req, pscom_con_t *con, pscom_header_net_t *hn,
+                               size_t xlen, uint64_t dlen)
+{
+    memcpy(&req->pub.header, hn, sizeof(pscom_header_net_t));
+    pscom_memcpy_small(&req->pub.xheader, hn + 1, xheader_copy_len(req, xlen));
+    req->pub.connection = &con->pub;
+    req->pub.socket     = &con->sock->pub;
+    req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
+    if (dlen > req->pub.data_len) req->pub.state |= PSCOM_REQ_STATE_TRUNCATED;
+}
+
 static pscom_req_t *create_unexpected(pscom_con_t *con, size_t xlen, uint64_t dlen,
                                       const pscom_rndv_rts_t *rndv)
 {
@@ -160,12 +172,18 @@ pscom_req_t *pscom_match_incoming(pscom_con_t *con, pscom_header_net_t *hn,
         }
     }
 matched:
-    memcpy(&req->pub.header, hn, sizeof(pscom_header_net_t));
-    pscom_memcpy_small(&req->pub.xheader, hn + 1, xheader_copy_len(req, xlen));
-    req->pub.connection = &con->pub;
-    req->pub.socket     = &sock->pub;
-    req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
-    if (dlen > req->pub.data_len) req->pub.state |= PSCOM_REQ_STATE_TRUNCATED;
+    take_header(req, con, hn, xlen, dlen);
+    return req;
+}
+
+pscom_req_t *pscom_match_first_posted(pscom_con_t *con, pscom_header_net_t *hn, size_t xlen,
+                                      uint64_t dlen)
+{
+    if (con->sock->pub.ops.default_recv || pscom_list_empty(&con->recvq_user)) return NULL;
+    pscom_req_t *req = pscom_list_entry(con->recvq_user.next, pscom_req_t, next);
+    if (req->pub.ops.recv_accept || req->on_done) return NULL;
+    dequeue(req); /* a specific receive: nothing to unpark */
+    take_header(req, con, hn, xlen, dlen);
     return req;
 }
 
@@ -330,3 +348,4 @@ void pscom_recv_fail_global(void)
 {
     fail_matching(&pscom.recvq_any_global, NULL);
 }
+

@@ -41,4 +41,12 @@ void pscom_recv_fail_global(void);
 /* An unexpected request's message is complete. */
 void pscom_unexpected_done(pscom_req_t *gen);
 
+/* The short way of pscom_read_msg(): con's first posted receive, matched
+ * and dequeued, if pscom_match_incoming() would take it for this USER
+ * message without asking anyone (no default_recv, no recv_accept, no internal
+ * on_done); else
+ * NULL and nothing changed. */
+pscom_req_t *pscom_match_first_posted(pscom_con_t *con, pscom_header_net_t *hn, size_t xlen,
+                                      uint64_t dlen);
+
 #endif /* PSCOM_QUEUES_H */

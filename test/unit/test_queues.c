@@ -1,7 +1,9 @@
 /*
  * test_queues.c - matching of incoming USER messages to receives (spec
  * 5.3/5.5), driven through the receive parser of a connection without a
- * transport: messages are fed as bytes with pscom_read_feed().
+ * transport: messages are fed as bytes with pscom_read_feed(). The matching
+ * tests run twice, the second time ("msg: ...") fed as whole messages with
+ * pscom_read_msg(), whose short way must match exactly as the parser does.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,9 @@
 #include "pscom_req.h"
 #include "pscom_sock.h"
 #include "pscom_wire.h"
+
+/* how deliver() hands a message to the core */
+static int (*feed)(pscom_con_t *con, const char *buf, size_t len) = pscom_read_feed;
 
 typedef struct fixture {
     pscom_socket_t *socket;
@@ -47,7 +52,14 @@ static int teardown(void **state)
     fixture_t *f = *state;
     pscom_close_socket(f->socket);
     free(f);
+    feed = pscom_read_feed;
     return 0;
+}
+
+static int setup_msg(void **state)
+{
+    feed = pscom_read_msg;
+    return setup(state);
 }
 
 /* feed one USER message: xheader = tag (4 bytes), data = len bytes of fill */
@@ -58,7 +70,7 @@ static void deliver(pscom_con_t *con, uint32_t tag, size_t len, char fill)
     pscom_wire_header_encode(buf, sizeof(tag), PSCOM_MSGTYPE_USER, len);
     memcpy(buf + 8, &tag, sizeof(tag));
     memset(buf + 12, fill, len);
-    assert_int_equal(pscom_read_feed(con, (char *)buf, total), 0);
+    assert_int_equal(feed(con, (char *)buf, total), 0);
     free(buf);
 }
 
@@ -404,6 +416,16 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_global_any_and_iprobe, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_unparks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_closed_connection_fails_receive, setup, teardown),
+        {"msg: posted_in_order", test_posted_in_order, setup_msg, teardown, NULL},
+        {"msg: unexpected_then_post", test_unexpected_then_post, setup_msg, teardown, NULL},
+        {"msg: any_source", test_any_source, setup_msg, teardown, NULL},
+        {"msg: post_order_specific_any_mix", test_post_order_specific_any_mix, setup_msg, teardown, NULL},
+        {"msg: recv_accept", test_recv_accept, setup_msg, teardown, NULL},
+        {"msg: default_recv_wins", test_default_recv_wins, setup_msg, teardown, NULL},
+        {"msg: truncation", test_truncation, setup_msg, teardown, NULL},
+        {"msg: global_any_and_iprobe", test_global_any_and_iprobe, setup_msg, teardown, NULL},
+        {"msg: cancel_unparks", test_cancel_unparks, setup_msg, teardown, NULL},
+        {"msg: closed_connection_fails_receive", test_closed_connection_fails_receive, setup_msg, teardown, NULL},
         cmocka_unit_test_setup_teardown(test_pin_merge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pin_drop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pin_fail, setup, teardown),

@@ -58,6 +58,7 @@ static const pscom_plugin_ops_t ucp_ops = {
     .con_start   = ucp_con_start,
     .con_abort   = ucp_con_abort,
     .write_start = ucp_write_start,
+    .write_now   = ucp_write_now,
     .close       = ucp_con_close,
 };
 

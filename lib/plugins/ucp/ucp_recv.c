@@ -8,7 +8,7 @@
  * connection's stash (as a UCX message handle, not copied).
  *
  *   MSG   received into the connection's receive buffer and handed to the
- *         core with pscom_read_feed() (header, xheader and data at once).
+ *         core with pscom_read_msg() (header, xheader and data at once).
  *   HEAD  the same, but only header + xheader; the core then is in the
  *         data phase, and the receive for the following DATA message is
  *         posted by its tag right away (data_early), so that UCX can place
@@ -92,9 +92,13 @@ static ucp_partial_t *partial_new(char *dst, size_t keep, size_t total)
 
 /* ---- core calls --------------------------------------------------------------------- */
 
-static int feed(ucp_con_t *uc, const char *buf, size_t len)
+/* A MSG is one whole message (the core's short way for it); a HEAD is
+ * followed by its DATA. */
+static int feed(ucp_con_t *uc, const char *buf, size_t len, unsigned kind)
 {
-    return pscom_read_feed(uc->con, buf, len) || uc->closed;
+    int stop = kind == UCPT_MSG ? pscom_read_msg(uc->con, buf, len)
+                                : pscom_read_feed(uc->con, buf, len);
+    return stop || uc->closed;
 }
 
 static int read_done(ucp_con_t *uc, size_t len)
@@ -201,7 +205,7 @@ static inline int deliver(ucp_con_t *uc, const char *buf, size_t len, unsigned k
     if (len < 8) goto bad;
     pscom_wire_header_get(buf, &xlen, &dlen);
     if (kind == UCPT_MSG ? len != 8 + xlen + dlen || len > UCP_MSG_MAX : len != 8 + xlen) goto bad;
-    if (feed(uc, buf, len)) return 1;
+    if (feed(uc, buf, len, kind)) return 1;
     if (kind == UCPT_HEAD) uc->rx_data_len = dlen;
     return 0;
 bad:

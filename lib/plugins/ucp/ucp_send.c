@@ -75,6 +75,16 @@ static inline ucs_status_t send_one(ucp_con_t *uc, const void *buf, size_t len, 
     return UCS_PTR_STATUS(st);
 }
 
+/* A small message packed into one MSG that UCX must send at once:
+ * UCS_OK, UCS_ERR_NO_RESOURCE (nothing sent) or an error. */
+static inline ucs_status_t send_packed(ucp_con_t *uc, const struct iovec *head,
+                                       const struct iovec *data, size_t total)
+{
+    pscom_memcpy_small(pack_buf, head->iov_base, head->iov_len);
+    pscom_memcpy_small(pack_buf + head->iov_len, data->iov_base, data->iov_len);
+    return send_one(uc, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
+}
+
 /* Hand the next queued message to UCX. Returns UCS_OK (done, or in
  * flight: tx_pending) or an error. */
 static ucs_status_t post(ucp_con_t *uc, const struct iovec *head, const struct iovec *data)
@@ -87,9 +97,7 @@ static ucs_status_t post(ucp_con_t *uc, const struct iovec *head, const struct i
                         head->iov_len <= UCP_MSG_MAX ? UCPT_MSG : UCPT_HEAD, &send_prm, NULL);
 
     if (total <= ucp_cfg.small_msg_len) {
-        pscom_memcpy_small(pack_buf, head->iov_base, head->iov_len);
-        pscom_memcpy_small(pack_buf + head->iov_len, data->iov_base, data->iov_len);
-        st = send_one(uc, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
+        st = send_packed(uc, head, data, total);
         if (st != UCS_ERR_NO_RESOURCE) return st;
         char *heap = malloc(total);
         if (!heap) return UCS_ERR_NO_MEMORY;
@@ -171,4 +179,24 @@ void ucp_write_start(pscom_con_t *con)
         if (r) return; /* nothing queued, in flight, failed, or closed */
     }
     ucp_tx_progress(uc);
+}
+
+/* The core's send queue is empty: a small message with data goes to UCX
+ * right away if nothing of ours is in flight before it. Anything else, and
+ * a full UCX (NO_RESOURCE), takes the queue and ucp_write_start(). */
+int ucp_write_now(pscom_con_t *con, const struct iovec *head, const struct iovec *data)
+{
+    ucp_con_t *uc = pscom_con_plugin_priv(con);
+    size_t total  = head->iov_len + data->iov_len;
+    if (uc->closed || uc->tx_busy || uc->tx_inflight || uc->tx_failed || !uc->ep ||
+        !data->iov_len || total > ucp_cfg.small_msg_len)
+        return 0;
+    ucs_status_t st = send_packed(uc, head, data, total);
+    if (st == UCS_OK) return 1;
+    if (st != UCS_ERR_NO_RESOURCE) { /* reported by the poller; the message stays queued */
+        plog_dbg("%s: ucp: send: %s", pscom_con_name(con), ucs_status_string(st));
+        uc->tx_failed = 1;
+        ucp_failed(uc);
+    }
+    return 0;
 }

@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 6
+#define PSCOM_PLUGIN_ABI_VERSION 7
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -105,6 +105,13 @@ typedef struct pscom_plugin_ops {
      * and RMA put/get. */
     int (*rma_read)(pscom_con_t *con, void *dst, uint64_t remote_src, size_t len);
     int (*rma_write)(pscom_con_t *con, const void *src, uint64_t remote_dst, size_t len);
+    /* Optional (NULL: not used). A message is posted while the send queue
+     * is empty: head (8-byte header + xheader) and data as for
+     * pscom_write_peek(). Return 1 if the message went whole and the
+     * buffers are no longer needed (the core completes the request, it is
+     * never queued); 0 to have it queued as usual (write_start follows).
+     * No core call for this connection may be made from inside. */
+    int (*write_now)(pscom_con_t *con, const struct iovec *head, const struct iovec *data);
 } pscom_plugin_ops_t;
 
 typedef struct pscom_plugin_desc {
@@ -176,6 +183,12 @@ PSCOM_PLUGIN_API int pscom_read_done(pscom_con_t *con, size_t len);
 /* Hand over len bytes from the transport's own buffer (copies them).
  * Returns as pscom_read_done(). */
 PSCOM_PLUGIN_API int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len);
+/* pscom_read_feed() for transports that receive whole messages: buf (8-byte
+ * aligned for the short way) holds exactly one message, header to last data
+ * byte. A USER message that the connection's first posted receive takes
+ * without further checks is completed straight away; anything else goes
+ * through pscom_read_feed(). Same result and return value. */
+PSCOM_PLUGIN_API int pscom_read_msg(pscom_con_t *con, const char *buf, size_t len);
 /* Requests completed so far (read only). A polled transport may compare it
  * around pscom_read_feed() and end its pass when it changed: a waiter may
  * be done, and looking at the next packet first can cost a cache miss on
