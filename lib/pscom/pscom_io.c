@@ -282,14 +282,21 @@ int pscom_read_done(pscom_con_t *con, size_t len)
     return process_buffer(con);
 }
 
+/* Between messages, nothing buffered: a message at buf can be parsed where
+ * it is (hn must be aligned like in->buf for the message handlers). */
+static inline int in_place(const pscom_con_in_t *in, const char *buf, size_t len)
+{
+    return !in->fill && !in_data_phase(in) && !in->pinned && len >= PSCOM_WIRE_HEADER_SIZE &&
+           !((uintptr_t)buf & 7);
+}
+
 int pscom_read_msg(pscom_con_t *con, const char *buf, size_t len)
 {
     pscom_con_in_t *in = &con->in;
     /* The short way: between messages, a USER message for a plain posted
      * receive. What the general parser would do with it, without its
      * byte-stream state (take_message, store_data, message_done). */
-    if (!in->fill && !in_data_phase(in) && !in->pinned && len >= PSCOM_WIRE_HEADER_SIZE &&
-        !((uintptr_t)buf & 7)) {
+    if (in_place(in, buf, len)) {
         uint16_t xlen;
         uint8_t type;
         uint64_t dlen;
@@ -313,10 +320,8 @@ int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len)
     /* Fast path: a message-oriented transport feeds whole messages. While
      * the parser is between messages (nothing buffered), one whose header
      * and xheader are here is parsed in place, its data stored straight from
-     * buf: no copy into the readahead buffer. hn must be aligned like
-     * in->buf for the message handlers. */
-    while (!in->fill && !in_data_phase(in) && !in->pinned && len >= PSCOM_WIRE_HEADER_SIZE &&
-           !((uintptr_t)buf & 7)) {
+     * buf: no copy into the readahead buffer. */
+    while (in_place(in, buf, len)) {
         uint16_t xlen;
         uint8_t type;
         uint64_t dlen;
