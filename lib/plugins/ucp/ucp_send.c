@@ -110,6 +110,21 @@ static ucs_status_t post(ucp_con_t *uc, const struct iovec *head, const struct i
     return send_one(uc, data->iov_base, data->iov_len, UCPT_DATA, &send_prm, NULL);
 }
 
+/* A send failed at once: the connection stops sending; the poller
+ * reports it (the message stays queued and fails with the connection). */
+static void tx_fail(ucp_con_t *uc, ucs_status_t st)
+{
+    plog_dbg("%s: ucp: send: %s", pscom_con_name(uc->con), ucs_status_string(st));
+    uc->tx_failed = 1;
+    ucp_failed(uc);
+}
+
+/* Nothing in flight or being handed over: the next message may go at once. */
+static inline int tx_idle(const ucp_con_t *uc)
+{
+    return !uc->tx_busy && !uc->tx_inflight && !uc->tx_failed && uc->ep;
+}
+
 static int write_done(ucp_con_t *uc, size_t len)
 {
     return pscom_write_done(uc->con, len) || uc->closed;
@@ -129,9 +144,7 @@ static inline __attribute__((always_inline)) int send_next(ucp_con_t *uc)
     /* in flight: ucp_send_cb, then retired by ucp_tx_progress */
     if (uc->tx_pending) uc->tx_inflight = n;
     if (st != UCS_OK) {
-        plog_dbg("%s: ucp: send: %s", pscom_con_name(uc->con), ucs_status_string(st));
-        uc->tx_failed = 1;
-        ucp_failed(uc);
+        tx_fail(uc, st);
         return 1;
     }
     if (uc->tx_inflight) return 1;
@@ -172,7 +185,7 @@ void ucp_write_start(pscom_con_t *con)
     /* The usual case first, with as little as possible before the send:
      * nothing in flight, the message goes to UCX at once; what is queued
      * behind it goes the general way. */
-    if (!uc->tx_busy && !uc->tx_inflight && !uc->tx_failed && uc->ep) {
+    if (tx_idle(uc)) {
         uc->tx_busy = 1;
         int r       = send_next(uc);
         uc->tx_busy = 0;
@@ -188,15 +201,9 @@ int ucp_write_now(pscom_con_t *con, const struct iovec *head, const struct iovec
 {
     ucp_con_t *uc = pscom_con_plugin_priv(con);
     size_t total  = head->iov_len + data->iov_len;
-    if (uc->closed || uc->tx_busy || uc->tx_inflight || uc->tx_failed || !uc->ep ||
-        !data->iov_len || total > ucp_cfg.small_msg_len)
-        return 0;
+    if (uc->closed || !tx_idle(uc) || !data->iov_len || total > ucp_cfg.small_msg_len) return 0;
     ucs_status_t st = send_packed(uc, head, data, total);
     if (st == UCS_OK) return 1;
-    if (st != UCS_ERR_NO_RESOURCE) { /* reported by the poller; the message stays queued */
-        plog_dbg("%s: ucp: send: %s", pscom_con_name(con), ucs_status_string(st));
-        uc->tx_failed = 1;
-        ucp_failed(uc);
-    }
+    if (st != UCS_ERR_NO_RESOURCE) tx_fail(uc, st);
     return 0;
 }
