@@ -15,10 +15,21 @@
 # (retiring it, posting the next receive) is not counted there: it overlaps
 # with the message's way to the peer.
 #
+# With SERVER=1 (ucp-shm, ucp-tcp) it compares the whole work of an echoing
+# server per 8 B round trip, counted from start to end and the two runs
+# subtracted: a pscom_pp --sepbuf server over ucp against the responder of
+# ucx_perftest tag_lat, same UCX_TLS. Under callgrind the server is far
+# slower than its (native) client, so the next message is nearly always
+# there when it polls: the counts hold the work per message, hardly any
+# idle passes. This is what matters when the two processes share one
+# physical core (SMT siblings: the host's "0.08 us state" of
+# bench/README.md), where every instruction of either side costs time.
+#
 # Usage: bench/instr.sh [TRANSPORT]   TRANSPORT: ucp-shm (default), ucp-tcp, shm, tcp
 #
 # Environment:
 #   CRIT=1         the critical path only (see above)
+#   SERVER=1       the echoing server's whole work, pscom_pp against tag_lat (see above)
 #   BUILD_DIR=dir  configured build tree (default <repo>/build-instr, configured
 #                  as Release with -g on first use; with CRIT=1 build-instr-crit)
 #   N=5000         round trips counted; W=500 round trips subtracted
@@ -42,6 +53,7 @@ XH=${XH:-12}
 TOP=${TOP:-40}
 KEEP=${KEEP:-0}
 CRIT=${CRIT:-0}
+SERVER=${SERVER:-0}
 
 [[ $N =~ ^[1-9][0-9]*$ && $W =~ ^[1-9][0-9]*$ ]] || die "N and W must be positive integers"
 [[ $XH =~ ^[0-9]+$ ]] && ((XH <= 100)) || die "XH must be 0..100"
@@ -56,6 +68,12 @@ tcp) TENV=(PSP_UCP=0 PSP_SHM=0) ;;
 *) die "unknown transport '$TRANSPORT' (ucp-shm, ucp-tcp, shm, tcp)" ;;
 esac
 [[ $CRIT == 0 || $TRANSPORT == ucp-* ]] || die "CRIT=1 needs a ucp transport (ucp-shm, ucp-tcp)"
+[[ $SERVER == 0 || $TRANSPORT == ucp-* ]] || die "SERVER=1 needs a ucp transport (ucp-shm, ucp-tcp)"
+[[ $SERVER == 0 || $CRIT == 0 ]] || die "CRIT=1 and SERVER=1 exclude each other"
+if [[ $SERVER == 1 ]]; then
+    command -v ucx_perftest >/dev/null || die "ucx_perftest not found (Debian: ucx-utils)"
+    command -v ss >/dev/null || die "ss not found (Debian: iproute2)"
+fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/pscom-instr.XXXXXX")
 SERVER_PID=
@@ -144,7 +162,59 @@ run_crit() { # run_crit <round trips> <callgrind output>
     SERVER_PID=
     [[ -s $out ]] || die "callgrind wrote no output for the server"
 }
-if [[ $CRIT == 1 ]]; then
+# SERVER=1: the pscom_pp --sepbuf server under callgrind, all of it
+run_server_pp() { # run_server_pp <round trips> <callgrind output>
+    local n=$1 out=$2 sout=$2.server ep
+    "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out" \
+        "$BUILD_DIR/bin/pscom_pp" -l 0 --once --sepbuf >"$sout" 2>&1 &
+    SERVER_PID=$!
+    ep=$(server_ep "$sout" '$2 == "-c" { print $3; exit }')
+    "${ENVV[@]}" taskset -c 0 "$BUILD_DIR/bin/pscom_pp" -c "$ep" --minsize 8 --maxsize 8 \
+        -n "$n" --warmup 10 --xheader "$XH" -t 100000000 >"$out.log" 2>&1 ||
+        { cat "$out.log" >&2; die "the client failed ($n round trips)"; }
+    wait "$SERVER_PID" 2>/dev/null || true # --once: it ends after the client
+    SERVER_PID=
+    [[ -s $out ]] || die "callgrind wrote no output for the server"
+}
+# ... and the ucx_perftest tag_lat responder (it takes a port number: a free
+# one is picked at random and the start retried if it was taken)
+run_server_tl() { # run_server_tl <round trips> <callgrind output>
+    local n=$1 out=$2 port try i up
+    for ((try = 0; try < 8; try++)); do
+        port=$((20000 + RANDOM % 40000))
+        ss -ltnH "sport = :$port" | grep -q . && continue
+        "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out" \
+            ucx_perftest -p "$port" >"$out.server" 2>&1 &
+        SERVER_PID=$!
+        up=0
+        for ((i = 0; i < 300; i++)); do # listening yet? (valgrind starts slowly)
+            ss -ltnH "sport = :$port" | grep -q . && { up=1; break; }
+            kill -0 "$SERVER_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        if ((up)) && "${ENVV[@]}" taskset -c 0 ucx_perftest localhost -p "$port" -t tag_lat -s 8 \
+            -n "$n" -w 10 >"$out.log" 2>&1; then
+            wait "$SERVER_PID" 2>/dev/null || true
+            SERVER_PID=
+            [[ -s $out ]] || die "callgrind wrote no output for ucx_perftest"
+            return 0
+        fi
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=
+    done
+    cat "$out.log" "$out.server" >&2 2>/dev/null
+    die "ucx_perftest tag_lat failed ($n round trips)"
+}
+if [[ $SERVER == 1 ]]; then
+    cmake --build "$BUILD_DIR" --target pscom_pp -j "$(nproc 2>/dev/null || echo 2)" \
+        >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; die "building pscom_pp failed"; }
+    run_server_pp "$W" "$TMP/cg.a"
+    run_server_pp $((W + N)) "$TMP/cg.b"
+    run_server_tl "$W" "$TMP/tl.a"
+    run_server_tl $((W + N)) "$TMP/tl.b"
+    WHAT="8 B round trip (xheader $XH), the whole echoing pscom_pp --sepbuf server"
+elif [[ $CRIT == 1 ]]; then
     cmake --build "$BUILD_DIR" --target pscom_pp -j "$(nproc 2>/dev/null || echo 2)" \
         >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; die "building pscom_pp failed"; }
     run_crit "$W" "$TMP/cg.a"
@@ -168,10 +238,10 @@ flat() { # self instructions per function: "<count> <object> <file:function>"
             fn = line; sub(/.*\//, "", fn)
             print n, obj, fn }'
 }
-flat "$TMP/cg.a" >"$TMP/a.txt"
-flat "$TMP/cg.b" >"$TMP/b.txt"
-
-awk -v n="$N" -v top="$TOP" -v tr="$TRANSPORT" -v what="$WHAT" '
+report() { # report <callgrind a> <callgrind b> <what>: per object and function; total in $TMP/total
+    flat "$1" >"$TMP/a.txt"
+    flat "$2" >"$TMP/b.txt"
+awk -v n="$N" -v top="$TOP" -v tr="$TRANSPORT" -v what="$3" -v totf="$TMP/total" '
     FNR == NR { a[$2 " " $3] += $1; next }
     { b[$2 " " $3] += $1 }
     END {
@@ -182,7 +252,7 @@ awk -v n="$N" -v top="$TOP" -v tr="$TRANSPORT" -v what="$WHAT" '
             obj = p[1]; fn = p[2]
             # the FIFO read() is the harness, not the round trip
             if (fn ~ /(^|:)(read|__libc_read)$/ || fn ~ /^read\.c:/ || fn ~ /cancel/) { harness += d; continue }
-            if (obj ~ /^(instr_pp|pscom_pp)/) obj = "program"
+            if (obj ~ /^(instr_pp|pscom_pp|ucx_perftest)/) obj = "program"
             byobj[obj] += d; total += d
             if (d >= 1) rows[++m] = sprintf("%9.1f  %-14s %s", d, obj, fn)
         }
@@ -191,8 +261,20 @@ awk -v n="$N" -v top="$TOP" -v tr="$TRANSPORT" -v what="$WHAT" '
         for (o in byobj) if (byobj[o] >= 0.5) printf "%-16s %9.0f\n", o, byobj[o] | "sort -k2 -nr"
         close("sort -k2 -nr")
         printf "%-16s %9.0f\n", "total", total
+        printf "%.0f\n", total >totf
         if (harness >= 0.5) printf "(not counted: the harness FIFO read, %.0f)\n", harness
         printf "\n"
         printf "%9s  %-14s %s\n", "instr/RT", "object", "function"
         for (i = 1; i <= m; i++) print rows[i] | ("sort -nr | head -n " top)
     }' "$TMP/a.txt" "$TMP/b.txt"
+}
+report "$TMP/cg.a" "$TMP/cg.b" "$WHAT"
+if [[ $SERVER == 1 ]]; then
+    pp_total=$(cat "$TMP/total")
+    echo
+    report "$TMP/tl.a" "$TMP/tl.b" "8 B round trip, the whole ucx_perftest tag_lat responder"
+    tl_total=$(cat "$TMP/total")
+    echo
+    awk -v p="$pp_total" -v t="$tl_total" 'BEGIN {
+        printf "server work per 8 B round trip: pscom_pp --sepbuf %d, ucx_perftest tag_lat %d, ratio %.2f\n", p, t, p / t }'
+fi
