@@ -147,25 +147,12 @@ run() { # run <round trips> <callgrind output>
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=
 }
-# CRIT=1: the pscom_pp --sepbuf server under callgrind (its critical paths only)
-run_crit() { # run_crit <round trips> <callgrind output>
+# CRIT=1 and SERVER=1: a pscom_pp --sepbuf server under callgrind (with
+# CRIT=1 collecting only on its critical paths: --collect-atstart=no)
+run_pp_server() { # run_pp_server <round trips> <callgrind output> [valgrind options]
     local n=$1 out=$2 sout=$2.server ep
-    "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind --collect-atstart=no \
-        --callgrind-out-file="$out" "$BUILD_DIR/bin/pscom_pp" -l 0 --sepbuf >"$sout" 2>&1 &
-    SERVER_PID=$!
-    ep=$(server_ep "$sout" '$2 == "-c" { print $3; exit }')
-    "${ENVV[@]}" taskset -c 0 "$BUILD_DIR/bin/pscom_pp" -c "$ep" --minsize 8 --maxsize 8 \
-        -n "$n" --warmup 10 --xheader "$XH" -t 100000000 >"$out.log" 2>&1 ||
-        { cat "$out.log" >&2; die "the client failed ($n round trips)"; }
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
-    [[ -s $out ]] || die "callgrind wrote no output for the server"
-}
-# SERVER=1: the pscom_pp --sepbuf server under callgrind, all of it
-run_server_pp() { # run_server_pp <round trips> <callgrind output>
-    local n=$1 out=$2 sout=$2.server ep
-    "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out" \
+    shift 2
+    "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind "$@" --callgrind-out-file="$out" \
         "$BUILD_DIR/bin/pscom_pp" -l 0 --once --sepbuf >"$sout" 2>&1 &
     SERVER_PID=$!
     ep=$(server_ep "$sout" '$2 == "-c" { print $3; exit }')
@@ -209,16 +196,16 @@ run_server_tl() { # run_server_tl <round trips> <callgrind output>
 if [[ $SERVER == 1 ]]; then
     cmake --build "$BUILD_DIR" --target pscom_pp -j "$(nproc 2>/dev/null || echo 2)" \
         >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; die "building pscom_pp failed"; }
-    run_server_pp "$W" "$TMP/cg.a"
-    run_server_pp $((W + N)) "$TMP/cg.b"
+    run_pp_server "$W" "$TMP/cg.a"
+    run_pp_server $((W + N)) "$TMP/cg.b"
     run_server_tl "$W" "$TMP/tl.a"
     run_server_tl $((W + N)) "$TMP/tl.b"
     WHAT="8 B round trip (xheader $XH), the whole echoing pscom_pp --sepbuf server"
 elif [[ $CRIT == 1 ]]; then
     cmake --build "$BUILD_DIR" --target pscom_pp -j "$(nproc 2>/dev/null || echo 2)" \
         >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; die "building pscom_pp failed"; }
-    run_crit "$W" "$TMP/cg.a"
-    run_crit $((W + N)) "$TMP/cg.b"
+    run_pp_server "$W" "$TMP/cg.a" --collect-atstart=no
+    run_pp_server $((W + N)) "$TMP/cg.b" --collect-atstart=no
     WHAT="8 B message (xheader $XH), critical path of the echoing server (recv_cb to ucp_tag_send_nbx)"
 else
     run "$W" "$TMP/cg.a"
