@@ -290,27 +290,30 @@ static inline int in_place(const pscom_con_in_t *in, const char *buf, size_t len
            !((uintptr_t)buf & 7);
 }
 
+/* The short way: between messages, a USER message for a plain posted
+ * receive. What the general parser would do with it, without its
+ * byte-stream state (take_message, store_data, message_done). */
+int pscom_read_msg_posted(pscom_con_t *con, const char *buf, size_t len)
+{
+    if (!in_place(&con->in, buf, len)) return 0;
+    uint16_t xlen;
+    uint8_t type;
+    uint64_t dlen;
+    pscom_wire_header_decode(buf, &xlen, &type, &dlen);
+    pscom_req_t *req;
+    if (type != PSCOM_MSGTYPE_USER || len != PSCOM_WIRE_HEADER_SIZE + xlen + dlen ||
+        !(req = pscom_match_first_posted(con, (pscom_header_net_t *)buf, xlen, dlen)))
+        return 0;
+    size_t n = dlen < req->pub.data_len ? (size_t)dlen : req->pub.data_len;
+    pscom_memcpy_small(req->pub.data, buf + PSCOM_WIRE_HEADER_SIZE + xlen, n);
+    pscom.progress_counter++;
+    pscom_req_complete(req);
+    return 1;
+}
+
 int pscom_read_msg(pscom_con_t *con, const char *buf, size_t len)
 {
-    pscom_con_in_t *in = &con->in;
-    /* The short way: between messages, a USER message for a plain posted
-     * receive. What the general parser would do with it, without its
-     * byte-stream state (take_message, store_data, message_done). */
-    if (in_place(in, buf, len)) {
-        uint16_t xlen;
-        uint8_t type;
-        uint64_t dlen;
-        pscom_wire_header_decode(buf, &xlen, &type, &dlen);
-        pscom_req_t *req;
-        if (type == PSCOM_MSGTYPE_USER && len == PSCOM_WIRE_HEADER_SIZE + xlen + dlen &&
-            (req = pscom_match_first_posted(con, (pscom_header_net_t *)buf, xlen, dlen))) {
-            size_t n = dlen < req->pub.data_len ? (size_t)dlen : req->pub.data_len;
-            pscom_memcpy_small(req->pub.data, buf + PSCOM_WIRE_HEADER_SIZE + xlen, n);
-            pscom.progress_counter++;
-            pscom_req_complete(req);
-            return 0;
-        }
-    }
+    if (pscom_read_msg_posted(con, buf, len)) return 0;
     return pscom_read_feed(con, buf, len);
 }
 

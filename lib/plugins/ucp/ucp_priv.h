@@ -208,6 +208,7 @@ typedef struct ucp_global {
     int in_poll_progress;      /* inside the poller's ucp_worker_progress() */
     struct ucp_con *rx_fast;   /* its pre-posted receive completed there (ucp_rx_fast) */
     struct ucp_req *rx_fast_done; /* ... whose request is released in the next pass */
+    int rx_direct;             /* a pre-posted receive's message was completed in recv_cb */
     unsigned busy_polls;       /* passes with progress since the last probe */
     uint64_t idle_since_us;
     unsigned idle_polls;

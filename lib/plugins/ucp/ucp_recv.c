@@ -170,6 +170,40 @@ void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
 
 /* ---- receiving ---------------------------------------------------------------------- */
 
+/* A request done with but released later: at the start of the poller's
+ * next pass, off the way from a message to its answer */
+static inline void release_later(ucp_req_t *r)
+{
+    if (ucp_g.rx_fast_done) ucp_req_release(ucp_g.rx_fast_done);
+    ucp_g.rx_fast_done = r;
+}
+
+/* The pre-posted receive r of uc completed inside the poller's progress
+ * with a message that a posted receive takes: completed right here
+ * (pscom_read_msg_posted calls nothing of ours), so that the application
+ * sees it as soon as progress returns. Returns 0 if the core did not take
+ * it. */
+static inline int rx_posted(ucp_con_t *uc, ucp_req_t *r, size_t len)
+{
+    if (!pscom_read_msg_posted(uc->con, r->buf, len)) return 0;
+    uc->rx_req = NULL;
+    uc->rx_seq++;
+    if (!uc->rxbuf) {
+        uc->rxbuf     = r->buf;
+        uc->rxbuf_cap = RXBUF_MIN;
+        r->buf        = NULL;
+    }
+    release_later(r);
+    /* pre-post the next receive at the start of the next pass */
+    if (pscom_list_empty(&uc->stash)) {
+        if (!pscom_list_linked(&uc->prepost_next)) pscom_list_add_tail(&uc->prepost_next, &ucp_g.prepost);
+    } else {
+        ucp_dirty(uc);
+    }
+    ucp_g.rx_direct = 1;
+    return 1;
+}
+
 static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
                     void *user_data)
 {
@@ -182,11 +216,15 @@ static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_
         UCP_CRIT_BEGIN();
         ucp_g.preposts--;
         if (info) r->len = info->length;
-        /* the usual small message: ucp_poll delivers it right after progress */
-        if (ucp_g.in_poll_progress && !ucp_g.rx_fast && status == UCS_OK && uc &&
-            uc->rx_req == r && !uc->closed) {
-            ucp_g.rx_fast = uc;
-            return;
+        /* the usual small message: delivered now if a posted receive takes
+         * it, else by ucp_poll right after progress */
+        if (ucp_g.in_poll_progress && status == UCS_OK && uc && uc->rx_req == r && !uc->closed &&
+            !uc->rx_busy && !uc->rx_failed) {
+            if (info && rx_posted(uc, r, info->length)) return;
+            if (!ucp_g.rx_fast) {
+                ucp_g.rx_fast = uc;
+                return;
+            }
         }
     } else if (status == UCS_OK && info && info->length != r->len) { /* DATA received by tag */
         r->status = UCS_ERR_MESSAGE_TRUNCATED;
@@ -458,10 +496,8 @@ void ucp_rx_fast(ucp_con_t *uc)
     uc->rx_busy = 1;
     int stopped = deliver_own(uc, buf, r->len, UCPT_MSG);
     uc->rx_busy = 0;
-    /* the request is released at the start of the next pass: not before
-     * the application sees its message */
-    if (ucp_g.rx_fast_done) ucp_req_release(ucp_g.rx_fast_done);
-    ucp_g.rx_fast_done = r;
+    /* not before the application sees its message */
+    release_later(r);
     if (stopped || uc->rx_req || !uc->started) return;
     if (pscom_list_empty(&uc->stash)) { /* pre-post at the start of the next pass */
         if (!pscom_list_linked(&uc->prepost_next)) pscom_list_add_tail(&uc->prepost_next, &ucp_g.prepost);

@@ -247,12 +247,17 @@ static int ucp_poll(pscom_poller_t *poller)
     ucp_g.in_poll_progress = 1;
     unsigned n             = ucp_worker_progress(ucp_g.worker);
     ucp_g.in_poll_progress = 0;
+    int fast = ucp_g.rx_direct; /* recv_cb completed a posted receive */
+    ucp_g.rx_direct = 0;
     if (ucp_g.rx_fast) { /* a pre-posted receive completed: deliver it first */
         ucp_con_t *uc = ucp_g.rx_fast;
         ucp_g.rx_fast = NULL;
         in_poll       = 1;
         ucp_rx_fast(uc);
         in_poll = 0;
+        fast    = 1;
+    }
+    if (fast) {
         /* nothing else happened: the rest of poll_work() has nothing to do
          * (the count of busy passes for its probe now and then included) */
         if (n == 1 && !ucp_g.must_probe && pscom_list_empty(&ucp_g.dirty) &&

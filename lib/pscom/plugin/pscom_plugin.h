@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 7
+#define PSCOM_PLUGIN_ABI_VERSION 8
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -189,6 +189,13 @@ PSCOM_PLUGIN_API int pscom_read_feed(pscom_con_t *con, const char *buf, size_t l
  * without further checks is completed straight away; anything else goes
  * through pscom_read_feed(). Same result and return value. */
 PSCOM_PLUGIN_API int pscom_read_msg(pscom_con_t *con, const char *buf, size_t len);
+/* The short way of pscom_read_msg() alone: returns 1 if it completed the
+ * posted receive that takes the message, 0 if it did nothing (then the
+ * message goes to pscom_read_msg() as usual). It calls no plugin op and
+ * runs no user callback (completions with io_done are queued), so a
+ * transport may call it from inside its library's completion callback.
+ * (ABI version 8) */
+PSCOM_PLUGIN_API int pscom_read_msg_posted(pscom_con_t *con, const char *buf, size_t len);
 /* Requests completed so far (read only). A polled transport may compare it
  * around pscom_read_feed() and end its pass when it changed: a waiter may
  * be done, and looking at the next packet first can cost a cache miss on
