@@ -485,12 +485,12 @@ static void send_done(pscom_con_t *con, pscom_req_t *req)
 
 int pscom_write_now(pscom_con_t *con, pscom_req_t *req)
 {
-    int (*write_now)(pscom_con_t *, const struct iovec *, const struct iovec *) =
+    int (*write_now)(pscom_con_t *, void *, const void *, size_t, const void *, size_t) =
         con->transport ? con->transport->ops->write_now : NULL;
     if (!write_now || con->precon || !pscom_list_empty(&con->sendq)) return 0;
-    struct iovec head = {&req->pub.header, head_len(req)};
-    struct iovec data = {req->pub.data, req->pub.data_len};
-    if (!write_now(con, &head, &data)) return 0;
+    if (!write_now(con, con->plugin_priv, &req->pub.header, head_len(req), req->pub.data,
+                   req->pub.data_len))
+        return 0;
     req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
     pscom.progress_counter++;
     send_complete(req);

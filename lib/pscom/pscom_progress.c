@@ -329,7 +329,10 @@ int pscom_progress(int timeout_ms)
                      pscom_list_empty(&timers))) {
         pscom.stats.progress_passes++;
         int progress = poll_transports();
-        if (progress) pscom.progress_counter++; /* not idle: no nap in pscom_wait_until */
+        /* not idle: no nap in pscom_wait_until (without a branch: one that
+         * goes the other way only when a message came costs a misprediction
+         * on the way to the application) */
+        pscom.progress_counter += progress != 0;
         if (pscom_likely(!fds_due()) || epfd < 0) return progress;
         return poll_fds(0, progress);
     }
@@ -347,11 +350,15 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
 {
     uint64_t idle_since = 0;
     unsigned idle_passes = 0;
-    while (!done(arg)) {
+    if (done(arg)) return;
+    for (;;) {
         uint64_t before = pscom.progress_counter;
         pscom_progress(0);
         if (!pscom_list_empty(&pscom.io_doneq)) pscom_req_run_io_done();
+        /* One branch leaves the idle passes when something happened: done()
+         * is asked only then (usually yes: a branch the CPU predicts). */
         if (pscom.progress_counter != before) {
+            if (done(arg)) return;
             idle_since  = 0;
             idle_passes = 0;
             continue;
@@ -380,5 +387,6 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
         pscom.stats.sleeps++;
         pscom_progress(pollers_active ? 1 : SLEEP_MAX_MS);
         if (!pscom_list_empty(&pscom.io_doneq)) pscom_req_run_io_done();
+        if (done(arg)) return;
     }
 }

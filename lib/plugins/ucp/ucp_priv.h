@@ -316,7 +316,8 @@ void ucp_wiring_check(void);
 /* ---- ucp_send.c ------------------------------------------------------------------------- */
 
 void ucp_write_start(pscom_con_t *con);
-int ucp_write_now(pscom_con_t *con, const struct iovec *head, const struct iovec *data);
+int ucp_write_now(pscom_con_t *con, void *priv, const void *head, size_t hlen, const void *data,
+                  size_t dlen);
 void ucp_tx_progress(ucp_con_t *uc);
 void ucp_send_cb(void *request, ucs_status_t status, void *user_data);
 

@@ -77,12 +77,12 @@ static inline ucs_status_t send_one(ucp_con_t *uc, const void *buf, size_t len, 
 
 /* A small message packed into one MSG that UCX must send at once:
  * UCS_OK, UCS_ERR_NO_RESOURCE (nothing sent) or an error. */
-static inline ucs_status_t send_packed(ucp_con_t *uc, const struct iovec *head,
-                                       const struct iovec *data, size_t total)
+static inline ucs_status_t send_packed(ucp_con_t *uc, const void *head, size_t hlen,
+                                       const void *data, size_t dlen)
 {
-    pscom_memcpy_small(pack_buf, head->iov_base, head->iov_len);
-    pscom_memcpy_small(pack_buf + head->iov_len, data->iov_base, data->iov_len);
-    return send_one(uc, pack_buf, total, UCPT_MSG, &send_imm_prm, NULL);
+    pscom_memcpy_small(pack_buf, head, hlen);
+    pscom_memcpy_small(pack_buf + hlen, data, dlen);
+    return send_one(uc, pack_buf, hlen + dlen, UCPT_MSG, &send_imm_prm, NULL);
 }
 
 /* Hand the next queued message to UCX. Returns UCS_OK (done, or in
@@ -97,7 +97,7 @@ static ucs_status_t post(ucp_con_t *uc, const struct iovec *head, const struct i
                         head->iov_len <= UCP_MSG_MAX ? UCPT_MSG : UCPT_HEAD, &send_prm, NULL);
 
     if (total <= ucp_cfg.small_msg_len) {
-        st = send_packed(uc, head, data, total);
+        st = send_packed(uc, head->iov_base, head->iov_len, data->iov_base, data->iov_len);
         if (st != UCS_ERR_NO_RESOURCE) return st;
         char *heap = malloc(total);
         if (!heap) return UCS_ERR_NO_MEMORY;
@@ -197,12 +197,12 @@ void ucp_write_start(pscom_con_t *con)
 /* The core's send queue is empty: a small message with data goes to UCX
  * right away if nothing of ours is in flight before it. Anything else, and
  * a full UCX (NO_RESOURCE), takes the queue and ucp_write_start(). */
-int ucp_write_now(pscom_con_t *con, const struct iovec *head, const struct iovec *data)
+int ucp_write_now(pscom_con_t *con, void *priv, const void *head, size_t hlen, const void *data,
+                  size_t dlen)
 {
-    ucp_con_t *uc = pscom_con_plugin_priv(con);
-    size_t total  = head->iov_len + data->iov_len;
-    if (uc->closed || !tx_idle(uc) || !data->iov_len || total > ucp_cfg.small_msg_len) return 0;
-    ucs_status_t st = send_packed(uc, head, data, total);
+    ucp_con_t *uc = priv;
+    if (uc->closed || !tx_idle(uc) || !dlen || hlen + dlen > ucp_cfg.small_msg_len) return 0;
+    ucs_status_t st = send_packed(uc, head, hlen, data, dlen);
     if (st == UCS_OK) return 1;
     if (st != UCS_ERR_NO_RESOURCE) tx_fail(uc, st);
     return 0;

@@ -106,12 +106,15 @@ typedef struct pscom_plugin_ops {
     int (*rma_read)(pscom_con_t *con, void *dst, uint64_t remote_src, size_t len);
     int (*rma_write)(pscom_con_t *con, const void *src, uint64_t remote_dst, size_t len);
     /* Optional (NULL: not used). A message is posted while the send queue
-     * is empty: head (8-byte header + xheader) and data as for
-     * pscom_write_peek(). Return 1 if the message went whole and the
-     * buffers are no longer needed (the core completes the request, it is
-     * never queued); 0 to have it queued as usual (write_start follows).
-     * No core call for this connection may be made from inside. */
-    int (*write_now)(pscom_con_t *con, const struct iovec *head, const struct iovec *data);
+     * is empty: head (hlen bytes: 8-byte header + xheader) and data (dlen
+     * bytes) as for pscom_write_peek(); priv is pscom_con_plugin_priv(con).
+     * Return 1 if the message went whole and the buffers are no longer
+     * needed (the core completes the request, it is never queued); 0 to
+     * have it queued as usual (write_start follows). No core call for this
+     * connection may be made from inside. (ABI version 8: scalars and priv,
+     * the way from pscom_post_send to the transport's send kept short) */
+    int (*write_now)(pscom_con_t *con, void *priv, const void *head, size_t hlen,
+                     const void *data, size_t dlen);
 } pscom_plugin_ops_t;
 
 typedef struct pscom_plugin_desc {
