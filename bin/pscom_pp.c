@@ -390,9 +390,13 @@ static void serve_peer(pp_peer_t *peer, pscom_request_t **rreqp, pscom_request_t
             }
         }
 
-        /* echo (the whole xheader area: a copy of constant length is a few
-         * moves, one of xlen bytes a `rep movsb`, slow for a few bytes) */
-        memcpy(req_xheader(sreq), req_xheader(rreq), PP_MAX_XHEADER);
+        /* echo (copies of constant length, the usual xheader's or the whole
+         * area: a few moves; one of xlen bytes is a `rep movsb`, slow for a
+         * few bytes) */
+        if (xlen <= 16)
+            memcpy(req_xheader(sreq), req_xheader(rreq), 16);
+        else
+            memcpy(req_xheader(sreq), req_xheader(rreq), PP_MAX_XHEADER);
         sreq->connection  = con;
         sreq->xheader_len = xlen;
         sreq->data        = reply_buf ? reply_buf : *bufp;

@@ -52,19 +52,6 @@ void pscom_req_free(pscom_req_t *req)
 
 PSCOM_PLUGIN_API uint64_t pscom_req_completions; /* plugin SDK, pscom_plugin.h */
 
-void pscom_req_complete(pscom_req_t *req)
-{
-    assert(!pscom_list_linked(&req->next));
-    if (!req->pub.ops.io_done) {
-        req->pub.state |= PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE;
-    } else {
-        req->pub.state |= PSCOM_REQ_STATE_IO_DONE;
-        pscom_list_add_tail(&req->next, &pscom.io_doneq);
-    }
-    pscom.progress_counter++;
-    pscom_req_completions++;
-}
-
 /* Called with the lock held; returns with it held. io_done runs unlocked. */
 void pscom_req_run_io_done(void)
 {
