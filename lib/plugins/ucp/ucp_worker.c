@@ -223,10 +223,13 @@ static __attribute__((noinline)) int poll_work(unsigned n, unsigned cbs)
 /* Nothing happened in this pass. */
 static inline int poll_idle(void)
 {
-    /* The core's busy wait leaves the pause between passes to the pollers:
-     * it keeps this core from flooding the one that writes the line we
-     * poll (8 B ping-pong over posix: 0.29 instead of 0.32 us). */
-    ucp_cpu_relax();
+    /* The core's busy wait leaves the pause between passes to the pollers.
+     * Not in the first UCP_IDLE_CLOCK_EVERY idle passes after activity
+     * (until the first clock, idle_since_us): a ping-pong's wait for its
+     * answer is that short, and a pause there delays seeing the answer
+     * (8 B over posix: 3 % of the latency). Longer waits pause in every
+     * pass, which leaves a core's SMT sibling its share. */
+    if (ucp_g.idle_since_us) ucp_cpu_relax();
     if (pscom_likely(++ucp_g.idle_polls < UCP_IDLE_CLOCK_EVERY)) return 0;
     return poll_idle_clock();
 }
