@@ -16,8 +16,9 @@
  * Threading: every function runs with the pscom lock held (plugin contract);
  * the worker is created UCS_THREAD_MODE_SERIALIZED. UCX callbacks only run
  * inside ucp_worker_progress()/ucp_ep_close_nbx() called by us: they record
- * what happened and queue the connection; the poller acts on it afterwards
- * (never calling the core from inside UCX).
+ * what happened and queue the connection; the poller acts on it afterwards.
+ * The one core call from inside UCX is pscom_read_msg_posted() (recv_cb),
+ * which calls no plugin op and no user callback.
  */
 #ifndef UCP_PRIV_H
 #define UCP_PRIV_H
