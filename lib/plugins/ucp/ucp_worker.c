@@ -215,6 +215,7 @@ static __attribute__((noinline)) int poll_work(unsigned n, unsigned cbs)
     if (progress) {
         ucp_g.idle_polls    = 0;
         ucp_g.idle_since_us = 0;
+        ucp_g.idle_pause    = 0;
         return 1;
     }
     return poll_idle();
@@ -225,11 +226,11 @@ static inline int poll_idle(void)
 {
     /* The core's busy wait leaves the pause between passes to the pollers.
      * Not in the first UCP_IDLE_CLOCK_EVERY idle passes after activity
-     * (until the first clock, idle_since_us): a ping-pong's wait for its
+     * (until poll_idle_clock() sets idle_pause): a ping-pong's wait for its
      * answer is that short, and a pause there delays seeing the answer
      * (8 B over posix: 3 % of the latency). Longer waits pause in every
      * pass, which leaves a core's SMT sibling its share. */
-    if (ucp_g.idle_since_us) ucp_cpu_relax();
+    if (ucp_g.idle_pause) ucp_cpu_relax();
     if (pscom_likely(++ucp_g.idle_polls < UCP_IDLE_CLOCK_EVERY)) return 0;
     return poll_idle_clock();
 }
@@ -269,6 +270,7 @@ static int ucp_poll(pscom_poller_t *poller)
             ucp_g.busy_polls++;
             ucp_g.idle_polls    = 0;
             ucp_g.idle_since_us = 0;
+            ucp_g.idle_pause    = 0;
             return 1;
         }
     }
@@ -290,6 +292,7 @@ static inline int ops_in_flight(void)
 static __attribute__((noinline)) int poll_idle_clock(void)
 {
     ucp_g.idle_polls = 0;
+    ucp_g.idle_pause = 1; /* a longer wait: pause in each pass (poll_idle) */
     ucp_g.must_probe = 1;
     if (ops_in_flight()) return 0;
     uint64_t now = ucp_now_us();
