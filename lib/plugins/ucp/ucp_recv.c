@@ -170,6 +170,28 @@ void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
 
 /* ---- receiving ---------------------------------------------------------------------- */
 
+/* The connection keeps the buffer of its pre-posted receive r (unless it
+ * has one): r's message has been delivered, or r was cancelled. */
+static inline void rxbuf_keep(ucp_con_t *uc, ucp_req_t *r)
+{
+    if (!uc->rxbuf) {
+        uc->rxbuf     = r->buf;
+        uc->rxbuf_cap = RXBUF_MIN;
+        r->buf        = NULL;
+    }
+}
+
+/* After a delivery outside ucp_rx_pump: pre-post the next receive at the
+ * start of the poller's next pass, or let the pump take the stash. */
+static inline void rx_next_later(ucp_con_t *uc)
+{
+    if (pscom_list_empty(&uc->stash)) {
+        if (!pscom_list_linked(&uc->prepost_next)) pscom_list_add_tail(&uc->prepost_next, &ucp_g.prepost);
+    } else {
+        ucp_dirty(uc);
+    }
+}
+
 /* A request done with but released later: at the start of the poller's
  * next pass, off the way from a message to its answer */
 static inline void release_later(ucp_req_t *r)
@@ -188,18 +210,9 @@ static inline int rx_posted(ucp_con_t *uc, ucp_req_t *r, size_t len)
     if (!pscom_read_msg_posted(uc->con, r->buf, len)) return 0;
     uc->rx_req = NULL;
     uc->rx_seq++;
-    if (!uc->rxbuf) {
-        uc->rxbuf     = r->buf;
-        uc->rxbuf_cap = RXBUF_MIN;
-        r->buf        = NULL;
-    }
+    rxbuf_keep(uc, r);
     release_later(r);
-    /* pre-post the next receive at the start of the next pass */
-    if (pscom_list_empty(&uc->stash)) {
-        if (!pscom_list_linked(&uc->prepost_next)) pscom_list_add_tail(&uc->prepost_next, &ucp_g.prepost);
-    } else {
-        ucp_dirty(uc);
-    }
+    rx_next_later(uc);
     ucp_g.rx_direct = 1;
     return 1;
 }
@@ -499,11 +512,7 @@ void ucp_rx_fast(ucp_con_t *uc)
     /* not before the application sees its message */
     release_later(r);
     if (stopped || uc->rx_req || !uc->started) return;
-    if (pscom_list_empty(&uc->stash)) { /* pre-post at the start of the next pass */
-        if (!pscom_list_linked(&uc->prepost_next)) pscom_list_add_tail(&uc->prepost_next, &ucp_g.prepost);
-    } else {
-        ucp_dirty(uc);
-    }
+    rx_next_later(uc);
 }
 
 /* Idle connections post their receive at the start of the poller's next
@@ -529,11 +538,7 @@ static int prepost_cancel(ucp_con_t *uc)
     if (!r->completed) ucp_request_cancel(ucp_g.worker, r);
     if (!r->completed || r->status != UCS_ERR_CANCELED) return 0;
     uc->rx_req = NULL;
-    if (!uc->rxbuf) {
-        uc->rxbuf     = r->buf;
-        uc->rxbuf_cap = RXBUF_MIN;
-        r->buf        = NULL;
-    }
+    rxbuf_keep(uc, r);
     ucp_req_release(r);
     return 1;
 }
