@@ -208,7 +208,7 @@ typedef struct ucp_global {
     unsigned rx_cbs;           /* receive completions seen (recv_cb), see ucp_poll */
     int in_poll_progress;      /* inside the poller's ucp_worker_progress() */
     struct ucp_con *rx_fast;   /* its pre-posted receive completed there (ucp_rx_fast) */
-    struct ucp_req *rx_fast_done; /* ... whose request is released in the next pass */
+    struct ucp_req *rx_done;   /* a pre-posted receive delivered in this pass (ucp_rx_after) */
     int rx_direct;             /* a pre-posted receive's message was completed in recv_cb */
     unsigned busy_polls;       /* passes with progress since the last probe */
     uint64_t idle_since_us;
@@ -332,6 +332,10 @@ void ucp_rx_pump(ucp_con_t *uc);
 /* the pre-posted receive of uc completed inside the poller's progress:
  * deliver it without the dirty list (else hand it to ucp_rx_pump) */
 void ucp_rx_fast(ucp_con_t *uc);
+/* at the start of the poller's pass after a delivery of ucp_g.rx_done's
+ * message: its connection keeps the buffer and pre-posts its next receive;
+ * the request is released */
+void ucp_rx_after(void);
 /* post the receives for the next MSG of idle connections (ucp_recv.c) */
 void ucp_rx_preposts(void);
 /* close: before the endpoint is closed, drop stashed messages and cancel

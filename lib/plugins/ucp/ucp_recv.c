@@ -174,7 +174,7 @@ void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
  * has one): r's message has been delivered, or r was cancelled. */
 static inline void rxbuf_keep(ucp_con_t *uc, ucp_req_t *r)
 {
-    if (!uc->rxbuf) {
+    if (!uc->rxbuf && r->buf) {
         uc->rxbuf     = r->buf;
         uc->rxbuf_cap = RXBUF_MIN;
         r->buf        = NULL;
@@ -192,12 +192,25 @@ static inline void rx_next_later(ucp_con_t *uc)
     }
 }
 
-/* A request done with but released later: at the start of the poller's
- * next pass, off the way from a message to its answer */
-static inline void release_later(ucp_req_t *r)
+void ucp_rx_after(void)
 {
-    if (ucp_g.rx_fast_done) ucp_req_release(ucp_g.rx_fast_done);
-    ucp_g.rx_fast_done = r;
+    ucp_req_t *r       = ucp_g.rx_done;
+    ucp_con_t *uc      = ucp_con_lookup(r->con_id);
+    ucp_g.rx_done = NULL;
+    if (uc && !uc->closed && !uc->rx_failed) {
+        rxbuf_keep(uc, r);
+        if (!uc->rx_req && uc->started) rx_next_later(uc);
+    }
+    ucp_req_release(r);
+}
+
+/* The pre-posted receive r has been delivered: the rest (ucp_rx_after)
+ * waits for the start of the poller's next pass, off the way from a
+ * message to its answer. */
+static inline void rx_after_later(ucp_req_t *r)
+{
+    if (pscom_unlikely(ucp_g.rx_done != NULL)) ucp_rx_after();
+    ucp_g.rx_done = r;
 }
 
 /* The pre-posted receive r of uc completed inside the poller's progress
@@ -210,11 +223,16 @@ static inline int rx_posted(ucp_con_t *uc, ucp_req_t *r, size_t len)
     if (!pscom_read_msg_posted(uc->con, r->buf, len)) return 0;
     uc->rx_req = NULL;
     uc->rx_seq++;
-    rxbuf_keep(uc, r);
-    release_later(r);
-    rx_next_later(uc);
+    rx_after_later(r);
     ucp_g.rx_direct = 1;
     return 1;
+}
+
+/* the message of uc's pre-posted receive r may be delivered right away */
+static inline int rx_now(const ucp_con_t *uc, const ucp_req_t *r, ucs_status_t status)
+{
+    return ucp_g.in_poll_progress && status == UCS_OK && uc && uc->rx_req == r && !uc->closed &&
+           !uc->rx_busy && !uc->rx_failed;
 }
 
 static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
@@ -222,25 +240,26 @@ static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_
 {
     ucp_req_t *r  = request;
     ucp_con_t *uc = ucp_con_lookup(r->con_id);
-    r->completed  = 1;
-    r->status     = status;
     ucp_g.rx_cbs++; /* see ucp_poll */
     if (r->type == UCP_REQ_PREPOST) {
         UCP_CRIT_BEGIN();
         ucp_g.preposts--;
-        if (info) r->len = info->length;
         /* the usual small message: delivered now if a posted receive takes
          * it, else by ucp_poll right after progress */
-        if (ucp_g.in_poll_progress && status == UCS_OK && uc && uc->rx_req == r && !uc->closed &&
-            !uc->rx_busy && !uc->rx_failed) {
-            if (info && rx_posted(uc, r, info->length)) return;
-            if (!ucp_g.rx_fast) {
-                ucp_g.rx_fast = uc;
-                return;
-            }
+        int now = rx_now(uc, r, status);
+        if (now && info && rx_posted(uc, r, info->length)) return;
+        r->completed = 1;
+        r->status    = status;
+        if (info) r->len = info->length;
+        if (now && !ucp_g.rx_fast) {
+            ucp_g.rx_fast = uc;
+            return;
         }
-    } else if (status == UCS_OK && info && info->length != r->len) { /* DATA received by tag */
-        r->status = UCS_ERR_MESSAGE_TRUNCATED;
+    } else {
+        r->completed = 1;
+        r->status    = status;
+        if (status == UCS_OK && info && info->length != r->len) /* DATA received by tag */
+            r->status = UCS_ERR_MESSAGE_TRUNCATED;
     }
     if (!uc || uc->closed || uc->rx_req != r) {
         ucp_req_release(r); /* orphaned by close */
@@ -509,10 +528,9 @@ void ucp_rx_fast(ucp_con_t *uc)
     uc->rx_busy = 1;
     int stopped = deliver_own(uc, buf, r->len, UCPT_MSG);
     uc->rx_busy = 0;
+    (void)stopped; /* then ucp_rx_after finds the connection closed or failed */
     /* not before the application sees its message */
-    release_later(r);
-    if (stopped || uc->rx_req || !uc->started) return;
-    rx_next_later(uc);
+    rx_after_later(r);
 }
 
 /* Idle connections post their receive at the start of the poller's next

@@ -26,6 +26,8 @@
 #define UCP_ARM_IDLE_US 500
 /* idle polls between two clock reads */
 #define UCP_IDLE_CLOCK_EVERY 32
+/* rounds of UCX progress per pass while idle right after activity */
+#define UCP_IDLE_ROUNDS 4
 /* passes with progress between two probes that nothing asked for (power of 2) */
 #define UCP_BUSY_PROBE_EVERY 16
 /* bounded wait for endpoint close requests at fini */
@@ -235,24 +237,42 @@ static inline int poll_idle(void)
     return poll_idle_clock();
 }
 
-static int ucp_poll(pscom_poller_t *poller)
+/* Before UCX progress: what the last delivery left for later
+ * (ucp_rx_after), and the receives to pre-post, off the way from a message
+ * to its answer. */
+static __attribute__((noinline)) void poll_before(void)
 {
-    if (in_poll) return 0;
-    if (ucp_g.rx_fast_done) { /* see ucp_rx_fast */
-        ucp_req_release(ucp_g.rx_fast_done);
-        ucp_g.rx_fast_done = NULL;
-    }
+    if (ucp_g.rx_done) ucp_rx_after();
     if (!pscom_list_empty(&ucp_g.prepost)) {
         in_poll = 1;
         ucp_rx_preposts();
         in_poll = 0;
     }
-    unsigned cbs = ucp_g.rx_cbs;
-    ucp_g.in_poll_progress = 1;
-    unsigned n             = ucp_worker_progress(ucp_g.worker);
-    ucp_g.in_poll_progress = 0;
-    int fast = ucp_g.rx_direct; /* recv_cb completed a posted receive */
-    ucp_g.rx_direct = 0;
+}
+
+/* nothing but the one delivery of this pass happened: the rest of
+ * poll_work() has nothing to do (the count of busy passes for its probe
+ * now and then included) */
+static inline int only_delivered(unsigned n)
+{
+    return n == 1 && !ucp_g.must_probe && pscom_list_empty(&ucp_g.dirty) &&
+           pscom_list_empty(&ucp_g.failed) &&
+           ((ucp_g.busy_polls + 1) & (UCP_BUSY_PROBE_EVERY - 1));
+}
+
+static inline int poll_delivered(void)
+{
+    ucp_g.busy_polls++;
+    ucp_g.idle_polls    = 0;
+    ucp_g.idle_since_us = 0;
+    ucp_g.idle_pause    = 0;
+    return 1;
+}
+
+/* After UCX progress, unless recv_cb delivered the only event: a
+ * pre-posted receive to deliver (ucp_rx_fast), work, or an idle pass. */
+static __attribute__((noinline)) int poll_after(unsigned n, unsigned cbs, int fast)
+{
     if (ucp_g.rx_fast) { /* a pre-posted receive completed: deliver it first */
         ucp_con_t *uc = ucp_g.rx_fast;
         ucp_g.rx_fast = NULL;
@@ -261,23 +281,34 @@ static int ucp_poll(pscom_poller_t *poller)
         in_poll = 0;
         fast    = 1;
     }
-    if (fast) {
-        /* nothing else happened: the rest of poll_work() has nothing to do
-         * (the count of busy passes for its probe now and then included) */
-        if (n == 1 && !ucp_g.must_probe && pscom_list_empty(&ucp_g.dirty) &&
-            pscom_list_empty(&ucp_g.failed) &&
-            ((ucp_g.busy_polls + 1) & (UCP_BUSY_PROBE_EVERY - 1))) {
-            ucp_g.busy_polls++;
-            ucp_g.idle_polls    = 0;
-            ucp_g.idle_since_us = 0;
-            ucp_g.idle_pause    = 0;
-            return 1;
-        }
-    }
+    if (fast && only_delivered(n)) return poll_delivered();
     if (n || ucp_g.must_probe || !pscom_list_empty(&ucp_g.dirty) ||
         !pscom_list_empty(&ucp_g.failed))
         return poll_work(n, ucp_g.rx_cbs - cbs);
     return poll_idle();
+}
+
+static int ucp_poll(pscom_poller_t *poller)
+{
+    if (in_poll) return 0;
+    if (ucp_g.rx_done || !pscom_list_empty(&ucp_g.prepost)) poll_before();
+    unsigned cbs = ucp_g.rx_cbs;
+    ucp_g.in_poll_progress = 1;
+    unsigned n             = ucp_worker_progress(ucp_g.worker);
+    /* Right after activity (no pause yet, see poll_idle) a few more rounds
+     * of UCX progress before the way back through the core: a ping-pong's
+     * answer is then seen sooner after it lands. */
+    for (unsigned k = 1; !n && !ucp_g.idle_pause && k < UCP_IDLE_ROUNDS; k++)
+        n = ucp_worker_progress(ucp_g.worker);
+    ucp_g.in_poll_progress = 0;
+    /* the usual pass with a message: recv_cb completed a posted receive
+     * (ucp_recv.c rx_posted), and that was all */
+    int fast = ucp_g.rx_direct;
+    if (fast) {
+        ucp_g.rx_direct = 0;
+        if (pscom_likely(!ucp_g.rx_fast && only_delivered(n))) return poll_delivered();
+    }
+    return poll_after(n, cbs, fast);
 }
 
 /* Operations of ours in flight that need progress (pre-posted receives
@@ -420,8 +451,8 @@ err_config:
 void ucp_worker_fini(void)
 {
     if (!ucp_g.worker) return;
-    if (ucp_g.rx_fast_done) ucp_req_release(ucp_g.rx_fast_done);
-    ucp_g.rx_fast_done = NULL;
+    if (ucp_g.rx_done) ucp_req_release(ucp_g.rx_done);
+    ucp_g.rx_done = NULL;
     /* let graceful endpoint closes finish (bounded: a dead peer never answers) */
     uint64_t t0 = ucp_now_us();
     while (ucp_g.inflight && ucp_now_us() - t0 < UCP_FINI_WAIT_US) ucp_worker_progress(ucp_g.worker);
