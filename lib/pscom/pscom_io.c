@@ -306,8 +306,7 @@ int pscom_read_msg_posted(pscom_con_t *con, const char *buf, size_t len)
         return 0;
     size_t n = dlen < req->pub.data_len ? (size_t)dlen : req->pub.data_len;
     pscom_memcpy_small(req->pub.data, buf + PSCOM_WIRE_HEADER_SIZE + xlen, n);
-    pscom.progress_counter++;
-    pscom_req_complete(req);
+    pscom_req_complete(req); /* counts as progress */
     return 1;
 }
 
@@ -471,6 +470,7 @@ void pscom_wire_header_get(const void *head, size_t *xheader_len, size_t *data_l
 static void send_complete(pscom_req_t *req)
 {
     if (req->on_done) {
+        pscom.progress_counter++; /* pscom_req_complete counts the others */
         req->on_done(req);
     } else {
         pscom_req_complete(req);
@@ -492,8 +492,7 @@ int pscom_write_now(pscom_con_t *con, pscom_req_t *req)
                    req->pub.data_len))
         return 0;
     req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
-    pscom.progress_counter++;
-    send_complete(req);
+    send_complete(req); /* counts as progress */
     return 1;
 }
 
