@@ -194,8 +194,8 @@ static inline void rx_next_later(ucp_con_t *uc)
 
 void ucp_rx_after(void)
 {
-    ucp_req_t *r       = ucp_g.rx_done;
-    ucp_con_t *uc      = ucp_con_lookup(r->con_id);
+    ucp_req_t *r  = ucp_g.rx_done;
+    ucp_con_t *uc = ucp_con_lookup(r->con_id);
     ucp_g.rx_done = NULL;
     if (uc && !uc->closed && !uc->rx_failed) {
         rxbuf_keep(uc, r);
@@ -528,9 +528,11 @@ void ucp_rx_fast(ucp_con_t *uc)
     uc->rx_busy = 1;
     int stopped = deliver_own(uc, buf, r->len, UCPT_MSG);
     uc->rx_busy = 0;
-    (void)stopped; /* then ucp_rx_after finds the connection closed or failed */
-    /* not before the application sees its message */
-    rx_after_later(r);
+    if (stopped) {
+        ucp_req_release(r); /* no next receive (closed, failed, or EOF) */
+        return;
+    }
+    rx_after_later(r); /* not before the application sees its message */
 }
 
 /* Idle connections post their receive at the start of the poller's next

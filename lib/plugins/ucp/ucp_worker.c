@@ -26,8 +26,6 @@
 #define UCP_ARM_IDLE_US 500
 /* idle polls between two clock reads */
 #define UCP_IDLE_CLOCK_EVERY 32
-/* rounds of UCX progress per pass while idle right after activity */
-#define UCP_IDLE_ROUNDS 4
 /* passes with progress between two probes that nothing asked for (power of 2) */
 #define UCP_BUSY_PROBE_EVERY 16
 /* bounded wait for endpoint close requests at fini */
@@ -295,11 +293,6 @@ static int ucp_poll(pscom_poller_t *poller)
     unsigned cbs = ucp_g.rx_cbs;
     ucp_g.in_poll_progress = 1;
     unsigned n             = ucp_worker_progress(ucp_g.worker);
-    /* Right after activity (no pause yet, see poll_idle) a few more rounds
-     * of UCX progress before the way back through the core: a ping-pong's
-     * answer is then seen sooner after it lands. */
-    for (unsigned k = 1; !n && !ucp_g.idle_pause && k < UCP_IDLE_ROUNDS; k++)
-        n = ucp_worker_progress(ucp_g.worker);
     ucp_g.in_poll_progress = 0;
     /* the usual pass with a message: recv_cb completed a posted receive
      * (ucp_recv.c rx_posted), and that was all */
