@@ -31,16 +31,14 @@
 # Output: one table per transport with medians over R; see bench/README.md.
 set -euo pipefail
 
-die() { echo "connect.sh: $*" >&2; exit 1; }
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 R=${1:-${R:-3}}
 PROCS=${PROCS:-"8 16 32 64"}
 TRANSPORTS=${TRANSPORTS:-"tcp shm"}
-KEEP=${KEEP:-0}
 
-[[ $R =~ ^[1-9][0-9]*$ ]] || die "R must be a positive integer (got '$R')"
+need_posint R
 for n in $PROCS; do
     [[ $n =~ ^[0-9]+$ && $n -ge 2 && $n -le 128 ]] || die "process counts must be 2..128 (got '$n')"
 done
@@ -48,36 +46,15 @@ for t in $TRANSPORTS; do
     [[ $t == tcp || $t == shm ]] || die "transports are tcp and shm (got '$t')"
 done
 
+bench_tmp pscom-connect-bench
+
 # --- the driver: itest_ondemand_mesh --bench N MODE ------------------------
 if [[ -n ${MESH:-} ]]; then
     [[ -x $MESH ]] || die "MESH=$MESH is not executable"
 else
-    if [[ -n ${BUILD_DIR:-} ]]; then
-        [[ -f $BUILD_DIR/CMakeCache.txt ]] || die "BUILD_DIR=$BUILD_DIR is not a configured build tree"
-        grep -q '^CMAKE_BUILD_TYPE:STRING=Release' "$BUILD_DIR/CMakeCache.txt" ||
-            echo "connect.sh: warning: $BUILD_DIR is not a Release build" >&2
-    else
-        BUILD_DIR=$REPO/build-bench-connect
-        if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-            cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null ||
-                die "configuring $BUILD_DIR failed"
-        fi
-    fi
-    cmake --build "$BUILD_DIR" -j2 --target itest_ondemand_mesh >/dev/null ||
-        die "building itest_ondemand_mesh failed"
+    bench_build_tree "$REPO/build-bench-connect" ON itest_ondemand_mesh
     MESH=$BUILD_DIR/test/integration/itest_ondemand_mesh
 fi
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/pscom-connect-bench.XXXXXX")
-cleanup() {
-    if [[ $KEEP == 1 ]]; then
-        echo "connect.sh: raw outputs kept in $TMP" >&2
-    else
-        rm -rf "$TMP"
-    fi
-}
-trap cleanup EXIT
-
 max_procs=0
 for n in $PROCS; do ((n > max_procs)) && max_procs=$n; done
 # every process holds N-1 connections (+ a few fds); the soft limit is per process
@@ -98,9 +75,8 @@ run_one() { # transport n mode -> appends "connect_ms rss heap" to $TMP/<t>.<n>.
     echo "$3 $4 $5" >>"$TMP/$t.$n.$mode"
 }
 
-median() { # column file
-    awk -v c="$1" '{ print $c }' "$2" | sort -g | awk '{ v[NR] = $1 } END {
-        if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+median_of() { # median_of <column> <file>
+    awk -v c="$1" '{ print $c }' "$2" | sort -g | median
 }
 
 echo "connect.sh: $MESH, R=$R, processes: $PROCS, transports: $TRANSPORTS" >&2
@@ -131,9 +107,9 @@ for t in $TRANSPORTS; do
         di=$TMP/$t.$n.direct
         printf '%6d %8d | %14.0f %14.0f | %16.1f %16.1f | %15.0f %15.0f\n' \
             "$n" $((n * (n - 1) / 2)) \
-            "$(median 1 "$od")" "$(median 1 "$di")" \
-            "$(awk -v v="$(median 2 "$od")" 'BEGIN { print v / 1024 }')" \
-            "$(awk -v v="$(median 2 "$di")" 'BEGIN { print v / 1024 }')" \
-            "$(median 3 "$od")" "$(median 3 "$di")"
+            "$(median_of 1 "$od")" "$(median_of 1 "$di")" \
+            "$(awk -v v="$(median_of 2 "$od")" 'BEGIN { print v / 1024 }')" \
+            "$(awk -v v="$(median_of 2 "$di")" 'BEGIN { print v / 1024 }')" \
+            "$(median_of 3 "$od")" "$(median_of 3 "$di")"
     done
 done

@@ -42,20 +42,18 @@
 # callgrind attributes to their header and no object) and by function.
 set -euo pipefail
 
-die() { echo "instr.sh: $*" >&2; exit 1; }
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 TRANSPORT=${1:-ucp-shm}
 N=${N:-5000}
 W=${W:-500}
 XH=${XH:-12}
 TOP=${TOP:-40}
-KEEP=${KEEP:-0}
 CRIT=${CRIT:-0}
 SERVER=${SERVER:-0}
 
-[[ $N =~ ^[1-9][0-9]*$ && $W =~ ^[1-9][0-9]*$ ]] || die "N and W must be positive integers"
+need_posint N W
 [[ $XH =~ ^[0-9]+$ ]] && ((XH <= 100)) || die "XH must be 0..100"
 command -v valgrind >/dev/null || die "valgrind not found (Debian: valgrind)"
 command -v callgrind_annotate >/dev/null || die "callgrind_annotate not found (Debian: valgrind)"
@@ -75,16 +73,7 @@ if [[ $SERVER == 1 ]]; then
     command -v ss >/dev/null || die "ss not found (Debian: iproute2)"
 fi
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/pscom-instr.XXXXXX")
-SERVER_PID=
-cleanup() {
-    if [[ -n $SERVER_PID ]]; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-    if [[ $KEEP == 1 ]]; then echo "instr.sh: outputs kept in $TMP" >&2; else rm -rf "$TMP"; fi
-}
-trap cleanup EXIT
+bench_tmp pscom-instr outputs
 
 # --- build ---------------------------------------------------------------------
 CFLAGS_=-g
@@ -94,20 +83,11 @@ if [[ $CRIT == 1 ]]; then
     [[ -f /usr/include/valgrind/callgrind.h ]] || die "valgrind/callgrind.h not found (Debian: valgrind)"
 fi
 BUILD_DIR=${BUILD_DIR:-$REPO/build-instr}
-if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-    cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="$CFLAGS_" \
-        -DPSCOM_BUILD_TESTS=OFF >"$TMP/configure.log" 2>&1 ||
-        { cat "$TMP/configure.log" >&2; die "configuring $BUILD_DIR failed"; }
-fi
-cmake --build "$BUILD_DIR" --target pscom -j "$(nproc 2>/dev/null || echo 2)" >"$TMP/build.log" 2>&1 ||
-    { tail -n 40 "$TMP/build.log" >&2; die "building libpscom in $BUILD_DIR failed"; }
-if [[ $TRANSPORT == ucp-* ]]; then
-    cmake --build "$BUILD_DIR" --target pscom4ucp -j "$(nproc 2>/dev/null || echo 2)" \
-        >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; die "building pscom4ucp failed"; }
-fi
-LIB=$BUILD_DIR/lib
-${CC:-cc} -O2 -g -std=gnu11 -I"$REPO/include" -o "$TMP/instr_pp" "$SCRIPT_DIR/instr_pp.c" \
-    -L"$LIB" -lpscom -Wl,-rpath,"$LIB" || die "building instr_pp failed"
+bench_configure "$BUILD_DIR" -DCMAKE_C_FLAGS="$CFLAGS_" -DPSCOM_BUILD_TESTS=OFF
+bench_build "$BUILD_DIR" pscom
+[[ $TRANSPORT == ucp-* ]] && bench_build "$BUILD_DIR" pscom4ucp
+LIBDIR=$BUILD_DIR/lib
+build_pscom_tool "$SCRIPT_DIR/instr_pp.c" -g
 PRELOAD=
 if [[ $TRANSPORT == ucp-* ]]; then
     # The server must not arm its UCX worker between messages: the client's
@@ -121,46 +101,30 @@ if [[ $TRANSPORT == ucp-* ]]; then
 fi
 
 # --- runs ------------------------------------------------------------------------
-ENVV=(env PSP_OPENIB=0 "${TENV[@]}" LD_LIBRARY_PATH="$LIB" LD_PRELOAD="$PRELOAD")
-server_ep() { # server_ep <server output> <awk program>: the endpoint it prints (30 s at most)
-    local sout=$1 prog=$2 ep= i
-    for ((i = 0; i < 300; i++)); do
-        ep=$(awk "$prog" "$sout")
-        [[ -n $ep ]] && break
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$sout" >&2; die "the server exited"; }
-        sleep 0.1
-    done
-    [[ -n $ep ]] || { cat "$sout" >&2; die "the server printed no endpoint"; }
-    echo "$ep"
-}
+ENVV=(env PSP_OPENIB=0 "${TENV[@]}" LD_LIBRARY_PATH="$LIBDIR" LD_PRELOAD="$PRELOAD")
 run() { # run <round trips> <callgrind output>
-    local n=$1 out=$2 fifo=$TMP/fifo.$1 sout=$TMP/server.$1 ep
+    local n=$1 out=$2 fifo=$TMP/fifo.$1 sout=$TMP/server.$1
     mkfifo "$fifo"
-    "${ENVV[@]}" taskset -c 1 "$TMP/instr_pp" s "$fifo" >"$sout" 2>&1 &
-    SERVER_PID=$!
-    ep=$(server_ep "$sout" '$1 == "EP" { print $2; exit }')
+    start_server "$sout" "${ENVV[@]}" taskset -c 1 "$TMP/instr_pp" s "$fifo"
+    server_endpoint "$sout" '$1 == "EP" { print $2; exit }'
     "${ENVV[@]}" taskset -c 0 valgrind --tool=callgrind --collect-atstart=no \
         --toggle-collect=pp_loop --callgrind-out-file="$out" \
-        "$TMP/instr_pp" c "$ep" "$fifo" "$n" "$XH" >"$out.log" 2>&1 ||
+        "$TMP/instr_pp" c "$EP" "$fifo" "$n" "$XH" >"$out.log" 2>&1 ||
         { cat "$out.log" >&2; die "the client failed ($n round trips)"; }
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
+    stop_server
 }
 # CRIT=1 and SERVER=1: a pscom_pp --sepbuf server under callgrind (with
 # CRIT=1 collecting only on its critical paths: --collect-atstart=no)
 run_pp_server() { # run_pp_server <round trips> <callgrind output> [valgrind options]
-    local n=$1 out=$2 sout=$2.server ep
+    local n=$1 out=$2 sout=$2.server
     shift 2
-    "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind "$@" --callgrind-out-file="$out" \
-        "$BUILD_DIR/bin/pscom_pp" -l 0 --once --sepbuf >"$sout" 2>&1 &
-    SERVER_PID=$!
-    ep=$(server_ep "$sout" '$2 == "-c" { print $3; exit }')
-    "${ENVV[@]}" taskset -c 0 "$BUILD_DIR/bin/pscom_pp" -c "$ep" --minsize 8 --maxsize 8 \
+    start_server "$sout" "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind "$@" --callgrind-out-file="$out" \
+        "$BUILD_DIR/bin/pscom_pp" -l 0 --once --sepbuf
+    server_endpoint "$sout"
+    "${ENVV[@]}" taskset -c 0 "$BUILD_DIR/bin/pscom_pp" -c "$EP" --minsize 8 --maxsize 8 \
         -n "$n" --warmup 10 --xheader "$XH" -t 100000000 >"$out.log" 2>&1 ||
         { cat "$out.log" >&2; die "the client failed ($n round trips)"; }
-    wait "$SERVER_PID" 2>/dev/null || true # --once: it ends after the client
-    SERVER_PID=
+    wait_server # --once: it ends after the client
     [[ -s $out ]] || die "callgrind wrote no output for the server"
 }
 # ... and the ucx_perftest tag_lat responder (it takes a port number: a free
@@ -170,9 +134,8 @@ run_server_tl() { # run_server_tl <round trips> <callgrind output>
     for ((try = 0; try < 8; try++)); do
         port=$((20000 + RANDOM % 40000))
         ss -ltnH "sport = :$port" | grep -q . && continue
-        "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out" \
-            ucx_perftest -p "$port" >"$out.server" 2>&1 &
-        SERVER_PID=$!
+        start_server "$out.server" "${ENVV[@]}" taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out" \
+            ucx_perftest -p "$port"
         up=0
         for ((i = 0; i < 300; i++)); do # listening yet? (valgrind starts slowly)
             ss -ltnH "sport = :$port" | grep -q . && { up=1; break; }
@@ -181,29 +144,24 @@ run_server_tl() { # run_server_tl <round trips> <callgrind output>
         done
         if ((up)) && "${ENVV[@]}" taskset -c 0 ucx_perftest localhost -p "$port" -t tag_lat -s 8 \
             -n "$n" -w 10 >"$out.log" 2>&1; then
-            wait "$SERVER_PID" 2>/dev/null || true
-            SERVER_PID=
+            wait_server
             [[ -s $out ]] || die "callgrind wrote no output for ucx_perftest"
             return 0
         fi
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-        SERVER_PID=
+        stop_server
     done
     cat "$out.log" "$out.server" >&2 2>/dev/null
     die "ucx_perftest tag_lat failed ($n round trips)"
 }
 if [[ $SERVER == 1 ]]; then
-    cmake --build "$BUILD_DIR" --target pscom_pp -j "$(nproc 2>/dev/null || echo 2)" \
-        >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; die "building pscom_pp failed"; }
+    bench_build "$BUILD_DIR" pscom_pp
     run_pp_server "$W" "$TMP/cg.a"
     run_pp_server $((W + N)) "$TMP/cg.b"
     run_server_tl "$W" "$TMP/tl.a"
     run_server_tl $((W + N)) "$TMP/tl.b"
     WHAT="8 B round trip (xheader $XH), the whole echoing pscom_pp --sepbuf server"
 elif [[ $CRIT == 1 ]]; then
-    cmake --build "$BUILD_DIR" --target pscom_pp -j "$(nproc 2>/dev/null || echo 2)" \
-        >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; die "building pscom_pp failed"; }
+    bench_build "$BUILD_DIR" pscom_pp
     run_pp_server "$W" "$TMP/cg.a" --collect-atstart=no
     run_pp_server $((W + N)) "$TMP/cg.b" --collect-atstart=no
     WHAT="8 B message (xheader $XH), critical path of the echoing server (recv_cb to ucp_tag_send_nbx)"
