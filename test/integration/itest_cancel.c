@@ -339,11 +339,8 @@ static void send_cancel_tests(tu_ctx_t *ctx)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    con = cons[1];
+    con  = tu_server_accept_one(ctx, sock);
 
     receive_cancel_tests();
     send_cancel_tests(ctx);

@@ -17,8 +17,6 @@
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 
-#include <dirent.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,27 +24,6 @@
 
 #define CYCLES 60
 #define KINDS  5
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    TU_ASSERT_NOT_NULL(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* the directory's own fd */
-}
-
-static long heap_in_use(void)
-{
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-    struct mallinfo2 mi = mallinfo2();
-    return (long)(mi.uordblks + mi.hblkhd);
-#else
-    return 0;
-#endif
-}
 
 static pscom_connection_t *accepted_con;
 
@@ -184,15 +161,15 @@ static int run(tu_ctx_t *ctx)
         cycle(k, 0, (uint32_t)k);
         cycle(k, 1, (uint32_t)k);
     }
-    int fds0   = count_fds();
-    long heap0 = heap_in_use();
+    int fds0   = tu_count_fds();
+    long heap0 = tu_heap_bytes();
     for (uint32_t n = 0; n < CYCLES; n++) {
         cycle((int)(n % KINDS), (int)(n / KINDS) % 2, n + 100);
-        int fds = count_fds();
+        int fds = tu_count_fds();
         TU_ASSERT_MSG(fds == fds0, "cycle %u (kind %u): %d open fds, %d before: fd leak", n,
                       n % KINDS, fds, fds0);
     }
-    long heap1 = heap_in_use();
+    long heap1 = tu_heap_bytes();
     tu_log("%d cycles: open fds %d before and after, heap in use %ld -> %ld bytes", CYCLES, fds0,
            heap0, heap1);
     /* a leak of one connection per cycle would be tens of kilobytes */

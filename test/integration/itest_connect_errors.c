@@ -22,7 +22,6 @@
  */
 #include "pscom_testutil.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -31,45 +30,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-typedef struct err_rec {
-    pscom_connection_t *con;
-    pscom_op_t op;
-    pscom_err_t err;
-} err_rec_t;
-
-static err_rec_t errs[16];
-static volatile int nerrs;
-
-static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
-{
-    if (nerrs < 16) {
-        errs[nerrs].con = con;
-        errs[nerrs].op  = op;
-        errs[nerrs].err = err;
-    }
-    nerrs++;
-}
-
 /* a TCP port that was free a moment ago (bound with port 0, then closed) */
 static int dead_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    TU_ASSERT_GE(fd, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family      = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_ANY);
-    sa.sin_port        = 0;
-    TU_ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    socklen_t len = sizeof(sa);
-    TU_ASSERT_EQ(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
+    int port;
+    close(tu_tcp_socket(INADDR_ANY, 0, &port));
+    return port;
 }
 
 static void expect_refused(pscom_socket_t *sock, const char *ep)
 {
-    int before              = nerrs;
+    int before              = tu_nerrs;
     pscom_connection_t *con = pscom_open_connection(sock);
     TU_ASSERT_NOT_NULL(con);
     pscom_err_t rc = pscom_connect(con, ep, 0, PSCOM_CON_FLAG_DIRECT);
@@ -79,11 +50,11 @@ static void expect_refused(pscom_socket_t *sock, const char *ep)
                   ep);
     TU_ASSERT_ERR(rc, PSCOM_ERR_STDERROR);
     /* con_error(OP_CONNECT) is queued; it runs in some later pscom call */
-    for (int i = 0; i < 100 && nerrs == before; i++) pscom_test_any();
-    TU_ASSERT_MSG(nerrs == before + 1, "con_error calls: %d (expected 1)", nerrs - before);
-    TU_ASSERT_PTR_EQ(errs[before].con, con);
-    TU_ASSERT_EQ(errs[before].op, PSCOM_OP_CONNECT);
-    TU_ASSERT_NE(errs[before].err, PSCOM_SUCCESS);
+    for (int i = 0; i < 100 && tu_nerrs == before; i++) pscom_test_any();
+    TU_ASSERT_MSG(tu_nerrs == before + 1, "con_error calls: %d (expected 1)", tu_nerrs - before);
+    TU_ASSERT_PTR_EQ(tu_errs[before].con, con);
+    TU_ASSERT_EQ(tu_errs[before].op, PSCOM_OP_CONNECT);
+    TU_ASSERT_NE(tu_errs[before].err, PSCOM_SUCCESS);
     TU_ASSERT_EQ(con->state, PSCOM_CON_STATE_CLOSED);
     TU_ASSERT(pscom_get_next_connection(sock, NULL) != con);
     pscom_close_connection(con);
@@ -108,7 +79,7 @@ static void expect_connect_err(pscom_socket_t *sock, const char *ep, uint64_t fl
 static int refused_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error;
+    sock->ops.con_error  = tu_on_con_error;
     char ep[256];
     int port = dead_port();
 
@@ -155,17 +126,9 @@ static int refused_server(tu_ctx_t *ctx)
 /* server role without pscom traffic: a plain TCP listener */
 static int raw_server(tu_ctx_t *ctx)
 {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    TU_ASSERT_GE(lfd, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family      = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    TU_ASSERT_EQ(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    TU_ASSERT_EQ(listen(lfd, 4), 0);
-    socklen_t len = sizeof(sa);
-    TU_ASSERT_EQ(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
-    tu_signal(ctx, 1, ntohs(sa.sin_port));
+    int port;
+    int lfd = tu_tcp_socket(INADDR_LOOPBACK, 4, &port);
+    tu_signal(ctx, 1, (uint32_t)port);
 
     /* 1: accept and close at once */
     int fd = accept(lfd, NULL, NULL);
@@ -187,16 +150,16 @@ static int raw_server(tu_ctx_t *ctx)
 
 static void expect_failed_handshake(pscom_socket_t *sock, const char *ep)
 {
-    int before              = nerrs;
+    int before              = tu_nerrs;
     pscom_connection_t *con = pscom_open_connection(sock);
     pscom_err_t rc          = pscom_connect(con, ep, 0, PSCOM_CON_FLAG_DIRECT);
     if (rc == PSCOM_SUCCESS) {
         /* asynchronous failure: con_error(OP_CONNECT) tells */
-        for (int i = 0; i < 1000 && nerrs == before; i++) pscom_test_any();
-        TU_ASSERT_MSG(nerrs > before, "connect to a non-pscom listener returned "
-                                      "SUCCESS without con_error (spec 5.7)");
-        TU_ASSERT_PTR_EQ(errs[before].con, con);
-        TU_ASSERT_EQ(errs[before].op, PSCOM_OP_CONNECT);
+        for (int i = 0; i < 1000 && tu_nerrs == before; i++) pscom_test_any();
+        TU_ASSERT_MSG(tu_nerrs > before, "connect to a non-pscom listener returned "
+                                         "SUCCESS without con_error (spec 5.7)");
+        TU_ASSERT_PTR_EQ(tu_errs[before].con, con);
+        TU_ASSERT_EQ(tu_errs[before].op, PSCOM_OP_CONNECT);
         TU_ASSERT_EQ(con->state, PSCOM_CON_STATE_CLOSED);
     }
     pscom_close_connection(con);
@@ -205,7 +168,7 @@ static void expect_failed_handshake(pscom_socket_t *sock, const char *ep)
 static int handshake_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error;
+    sock->ops.con_error  = tu_on_con_error;
     char ep[128];
     uint32_t port = tu_wait_signal(ctx, TU_SERVER);
     snprintf(ep, sizeof(ep), "127.0.0.1:%u@raw", port);

@@ -37,70 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------- */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static uint32_t wait_signal_progress(tu_ctx_t *ctx, int peer)
-{
-    int fd = ctx->rank == TU_SERVER ? ctx->ctl[peer] : ctx->ctl[0];
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 0) > 0) return tu_wait_signal(ctx, peer);
-        if (!pscom_test_any()) {
-            p.revents = 0;
-            poll(&p, 1, 1);
-        }
-    }
-}
-
-static int saved_stderr = -1;
-static FILE *capture;
-
-static void capture_begin(void)
-{
-    fflush(stderr);
-    capture = tmpfile();
-    TU_ASSERT_NOT_NULL(capture);
-    saved_stderr = dup(2);
-    TU_ASSERT_GE(dup2(fileno(capture), 2), 0);
-}
-
-static char *capture_end(void)
-{
-    fflush(stderr);
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    long len  = ftell(capture);
-    char *buf = tu_malloc((size_t)len + 1);
-    rewind(capture);
-    size_t n = fread(buf, 1, (size_t)len, capture);
-    buf[n]   = 0;
-    fclose(capture);
-    fprintf(stderr, "%s[captured library output:]\n%s[end]\n", tu_who(), buf);
-    return buf;
-}
-
-static int raw_socket(int do_listen, int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    TU_ASSERT_GE(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    TU_ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    if (do_listen) TU_ASSERT_EQ(listen(fd, 16), 0);
-    socklen_t len = sizeof(sa);
-    TU_ASSERT_EQ(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    *port = ntohs(sa.sin_port);
-    return fd;
-}
 
 static volatile int errors;
 static pscom_op_t err_op;
@@ -121,17 +60,17 @@ static int refused(tu_ctx_t *ctx)
     s->ops.con_error  = on_error;
     TU_ASSERT_OK(pscom_listen(s, PSCOM_ANYPORT));
     int port;
-    int dead = raw_socket(0, &port); /* bound, not listening: refused */
+    int dead = tu_tcp_socket(INADDR_LOOPBACK, 0, &port); /* bound, not listening: refused */
     char ep[64];
     snprintf(ep, sizeof(ep), "127.0.0.1:%d@nobody", port);
 
-    capture_begin();
+    tu_capture_begin();
     pscom_connection_t *c = pscom_open_connection(s);
-    double t0             = now_ms();
+    double t0             = tu_now_ms();
     TU_ASSERT_ERR(pscom_connect(c, ep, 1, PSCOM_CON_FLAG_DIRECT), PSCOM_ERR_STDERROR);
     TU_ASSERT_EQ(errno, ECONNREFUSED);
-    double dt = now_ms() - t0;
-    char *log = capture_end();
+    double dt = tu_now_ms() - t0;
+    char *log = tu_capture_end();
     TU_ASSERT_MSG(dt >= 31.0, "6 attempts took %.1f ms, less than the back-off (31 ms)", dt);
     TU_ASSERT_MSG(strstr(log, "6 attempts (PSP_RETRY=5)") && strstr(log, "Connection refused"),
                   "no error naming the limit");
@@ -165,15 +104,15 @@ static int stall(tu_ctx_t *ctx)
     pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
     s->ops.con_error  = on_error;
     int port;
-    int lfd = raw_socket(1, &port); /* listens, never accepts (for now) */
+    int lfd = tu_tcp_socket(INADDR_LOOPBACK, 16, &port); /* listens, never accepts (for now) */
     char ep[64];
     snprintf(ep, sizeof(ep), "127.0.0.1:%d@silent", port);
 
-    capture_begin();
+    tu_capture_begin();
     pscom_connection_t *c = pscom_open_connection(s);
     TU_ASSERT_ERR(pscom_connect(c, ep, 1, PSCOM_CON_FLAG_DIRECT), PSCOM_ERR_STDERROR);
     TU_ASSERT_EQ(errno, ETIMEDOUT);
-    char *log = capture_end();
+    char *log = tu_capture_end();
     TU_ASSERT_MSG(strstr(log, "PSP_PRECON_TCP_RECONNECT_TIMEOUT=30") &&
                       strstr(log, "PSP_PRECON_TCP_CONNECT_STALLED_MAX=2") &&
                       strstr(log, "3 attempts (PSP_RETRY=2)"),
@@ -213,7 +152,7 @@ static int silent_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
     tu_server_listen(ctx, s);
-    TU_ASSERT_EQ(wait_signal_progress(ctx, 1), 1); /* both raw clients saw EOF */
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 1); /* both raw clients saw EOF */
     pscom_connection_t *cons[2];
     tu_server_accept_all(ctx, s, cons);
     pscom_close_socket(s);
@@ -263,14 +202,12 @@ static void ping_done(pscom_request_t *req)
 
 static int busy_server(tu_ctx_t *ctx)
 {
-    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, s);
-    pscom_connection_t *cons[2];
-    tu_server_accept_all(ctx, s, cons);
-    uint32_t rport = tu_wait_signal(ctx, 1);
+    pscom_socket_t *s       = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_server_accept_one(ctx, s);
+    uint32_t rport          = tu_wait_signal(ctx, 1);
 
     pscom_request_t *req = pscom_request_create(0, 0);
-    req->connection      = cons[1];
+    req->connection      = con;
     req->data_len        = 100;
     req->data            = tu_malloc(100);
     req->ops.io_done     = ping_done;
@@ -295,7 +232,7 @@ static int busy_client(tu_ctx_t *ctx)
     pscom_socket_t *s     = tu_open_socket(ctx, 0, 0);
     pscom_connection_t *c = tu_client_connect(ctx, s);
     int port;
-    int lfd = raw_socket(1, &port);
+    int lfd = tu_tcp_socket(INADDR_LOOPBACK, 16, &port);
     tu_signal(ctx, TU_SERVER, (uint32_t)port);
     TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 1);
     char ping[100], pong[100];
@@ -323,7 +260,7 @@ static int storm_server(tu_ctx_t *ctx)
     pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
     tu_server_listen(ctx, s);
     int total = STORM_CLIENTS * STORM_CONS;
-    double t0 = now_ms();
+    double t0 = tu_now_ms();
     for (int i = 0; i < total; i++) {
         uint32_t v[2];
         pscom_connection_t *from = NULL;
@@ -344,9 +281,9 @@ static int storm_server(tu_ctx_t *ctx)
          c = pscom_get_next_connection(s, c))
         n++;
     TU_ASSERT_EQ(n, total);
-    tu_log("%d connections through a backlog of 1 in %.0f ms", total, now_ms() - t0);
+    tu_log("%d connections through a backlog of 1 in %.0f ms", total, tu_now_ms() - t0);
     for (int c = 1; c <= STORM_CLIENTS; c++) tu_signal(ctx, c, 1);
-    for (int c = 1; c <= STORM_CLIENTS; c++) wait_signal_progress(ctx, c);
+    for (int c = 1; c <= STORM_CLIENTS; c++) tu_wait_signal_progress(ctx, c);
     pscom_close_socket(s);
     return 0;
 }
@@ -368,7 +305,7 @@ static int storm_client(tu_ctx_t *ctx)
         TU_ASSERT_EQ(v[0], (uint32_t)ctx->rank);
         TU_ASSERT_EQ(v[1], (uint32_t)i);
     }
-    TU_ASSERT_EQ(wait_signal_progress(ctx, TU_SERVER), 1);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 1);
     tu_signal(ctx, TU_SERVER, 2);
     pscom_close_socket(s);
     return 0;

@@ -28,12 +28,13 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#define MSG_LEN 5000 /* data bytes of each checked message */
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -73,62 +74,6 @@ static void unlimit_fds(void)
     TU_ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
 }
 
-static uint32_t wait_signal_progress(tu_ctx_t *ctx, int peer)
-{
-    int fd = ctx->rank == TU_SERVER ? ctx->ctl[peer] : ctx->ctl[0];
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 0) > 0) return tu_wait_signal(ctx, peer);
-        if (!pscom_test_any()) {
-            p.revents = 0;
-            poll(&p, 1, 1);
-        }
-    }
-}
-
-static int saved_stderr = -1;
-static FILE *capture;
-
-static void capture_begin(void)
-{
-    fflush(stderr);
-    capture = tmpfile();
-    TU_ASSERT_NOT_NULL(capture);
-    saved_stderr = dup(2);
-    TU_ASSERT_GE(dup2(fileno(capture), 2), 0);
-}
-
-static char *capture_end(void)
-{
-    fflush(stderr);
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    long len  = ftell(capture);
-    char *buf = tu_malloc((size_t)len + 1);
-    rewind(capture);
-    size_t n = fread(buf, 1, (size_t)len, capture);
-    buf[n]   = 0;
-    fclose(capture);
-    fprintf(stderr, "%s[captured library output:]\n%s[end]\n", tu_who(), buf);
-    return buf;
-}
-
-static void send_check(pscom_connection_t *con, uint32_t seed)
-{
-    char buf[5000];
-    tu_fill(buf, sizeof(buf), seed);
-    pscom_send(con, &seed, sizeof(seed), buf, sizeof(buf));
-}
-
-static void recv_check(pscom_connection_t *con, uint32_t seed)
-{
-    char buf[5000];
-    uint32_t xh = 0;
-    TU_ASSERT_OK(pscom_recv(con, NULL, &xh, sizeof(xh), buf, sizeof(buf)));
-    TU_ASSERT_EQ(xh, seed);
-    TU_ASSERT_PATTERN(buf, sizeof(buf), seed);
-}
-
 /* the next hello (tu_client_connect) on the socket: its connection */
 static pscom_connection_t *accept_hello(pscom_socket_t *s, int rank)
 {
@@ -146,7 +91,7 @@ static int listener_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
     tu_server_listen(ctx, s);
-    capture_begin(); /* its file is open before the limit */
+    tu_capture_begin(); /* its file is open before the limit */
     limit_fds(FIT);
 
     pscom_connection_t *cons[FIT + 2] = {0};
@@ -156,27 +101,27 @@ static int listener_server(tu_ctx_t *ctx)
     }
     /* one too many */
     tu_signal(ctx, FIT + 1, 1);
-    TU_ASSERT_EQ(wait_signal_progress(ctx, FIT + 1), 1); /* it failed, as it should */
-    char *log = capture_end();
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, FIT + 1), 1); /* it failed, as it should */
+    char *log = tu_capture_end();
     TU_ASSERT_MSG(strstr(log, "RLIMIT_NOFILE") && strstr(log, "Too many open files"),
                   "no error naming the descriptor limit");
     free(log);
 
     /* the existing connections work on */
-    for (int c = 1; c <= FIT; c++) send_check(cons[c], 100 + (uint32_t)c);
-    for (int c = 1; c <= FIT; c++) recv_check(cons[c], 200 + (uint32_t)c);
+    for (int c = 1; c <= FIT; c++) tu_send_pattern(cons[c], 100 + (uint32_t)c, MSG_LEN);
+    for (int c = 1; c <= FIT; c++) tu_recv_pattern(cons[c], 200 + (uint32_t)c, MSG_LEN);
     TU_ASSERT_NULL(pscom_get_next_connection(s, cons[FIT]));
 
     /* client 1 leaves; then there is room for client 4 */
     pscom_close_connection(cons[1]);
     tu_signal(ctx, 1, 2);
-    TU_ASSERT_EQ(wait_signal_progress(ctx, 1), 2);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 2);
     tu_signal(ctx, FIT + 1, 2);
     cons[FIT + 1] = accept_hello(s, FIT + 1);
-    recv_check(cons[FIT + 1], 400);
-    send_check(cons[FIT + 1], 401);
+    tu_recv_pattern(cons[FIT + 1], 400, MSG_LEN);
+    tu_send_pattern(cons[FIT + 1], 401, MSG_LEN);
     for (int c = 2; c <= FIT + 1; c++) tu_signal(ctx, c, 3);
-    for (int c = 2; c <= FIT + 1; c++) TU_ASSERT_EQ(wait_signal_progress(ctx, c), 3);
+    for (int c = 2; c <= FIT + 1; c++) TU_ASSERT_EQ(tu_wait_signal_progress(ctx, c), 3);
     unlimit_fds();
     pscom_close_socket(s);
     return 0;
@@ -199,20 +144,20 @@ static int listener_client(tu_ctx_t *ctx)
         tu_signal(ctx, TU_SERVER, 1);
         TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 2);
         c = tu_client_connect(ctx, s);
-        send_check(c, 400);
-        recv_check(c, 401);
+        tu_send_pattern(c, 400, MSG_LEN);
+        tu_recv_pattern(c, 401, MSG_LEN);
     } else {
         c = tu_client_connect(ctx, s);
-        recv_check(c, 100 + (uint32_t)ctx->rank);
-        send_check(c, 200 + (uint32_t)ctx->rank);
+        tu_recv_pattern(c, 100 + (uint32_t)ctx->rank, MSG_LEN);
+        tu_send_pattern(c, 200 + (uint32_t)ctx->rank, MSG_LEN);
         if (ctx->rank == 1) {
-            TU_ASSERT_EQ(wait_signal_progress(ctx, TU_SERVER), 2);
+            TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 2);
             pscom_close_socket(s);
             tu_signal(ctx, TU_SERVER, 2);
             return 0;
         }
     }
-    TU_ASSERT_EQ(wait_signal_progress(ctx, TU_SERVER), 3);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 3);
     tu_signal(ctx, TU_SERVER, 3);
     pscom_close_socket(s);
     return 0;
@@ -245,15 +190,15 @@ static int connector_server(tu_ctx_t *ctx)
     pscom_connection_t *od = pscom_open_connection(s);
     TU_ASSERT_OK(pscom_connect(od, ep, 1, PSCOM_CON_FLAG_ONDEMAND));
     tu_signal(ctx, 1, 1);
-    recv_check(od, 1); /* the client connects (lower name) */
-    send_check(od, 2);
+    tu_recv_pattern(od, 1, MSG_LEN); /* the client connects (lower name) */
+    tu_send_pattern(od, 2, MSG_LEN);
     /* the client is at its limit now; existing connections work */
-    recv_check(direct, 3);
-    recv_check(od, 4);
-    send_check(direct, 5);
-    send_check(od, 6);
+    tu_recv_pattern(direct, 3, MSG_LEN);
+    tu_recv_pattern(od, 4, MSG_LEN);
+    tu_send_pattern(direct, 5, MSG_LEN);
+    tu_send_pattern(od, 6, MSG_LEN);
     pscom_connection_t *again = accept_hello(s, 1); /* after the limit was raised */
-    recv_check(again, 7);
+    tu_recv_pattern(again, 7, MSG_LEN);
     tu_signal(ctx, 1, 2);
     pscom_close_socket(s);
     return 0;
@@ -269,8 +214,8 @@ static int connector_client(tu_ctx_t *ctx)
     pscom_connection_t *od = pscom_open_connection(s);
     TU_ASSERT_OK(pscom_connect(od, ctx->ep, 0, PSCOM_CON_FLAG_ONDEMAND)); /* "...@server" */
     TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 1);
-    send_check(od, 1);
-    recv_check(od, 2);
+    tu_send_pattern(od, 1, MSG_LEN);
+    tu_recv_pattern(od, 2, MSG_LEN);
     TU_ASSERT_NE(od->type, PSCOM_CON_TYPE_ONDEMAND);
 
     /* new on-demand connections (created before the limit: that needs no fd) */
@@ -284,7 +229,7 @@ static int connector_client(tu_ctx_t *ctx)
     TU_ASSERT_OK(pscom_connect(od_lo, ep_lo, 3, PSCOM_CON_FLAG_ONDEMAND));
     pscom_connection_t *d = pscom_open_connection(s);
 
-    capture_begin();
+    tu_capture_begin();
     limit_fds(0);
     TU_ASSERT_ERR(pscom_connect(d, ctx->ep, 0, PSCOM_CON_FLAG_DIRECT), PSCOM_ERR_STDERROR);
     TU_ASSERT_EQ(errno, EMFILE);
@@ -304,19 +249,19 @@ static int connector_client(tu_ctx_t *ctx)
         pscom_close_connection(fails[i]);
     }
     /* the existing ones work on */
-    send_check(direct, 3);
-    send_check(od, 4);
-    recv_check(direct, 5);
-    recv_check(od, 6);
+    tu_send_pattern(direct, 3, MSG_LEN);
+    tu_send_pattern(od, 4, MSG_LEN);
+    tu_recv_pattern(direct, 5, MSG_LEN);
+    tu_recv_pattern(od, 6, MSG_LEN);
     unlimit_fds();
-    char *log = capture_end();
+    char *log = tu_capture_end();
     TU_ASSERT_MSG(strstr(log, "RLIMIT_NOFILE") && strstr(log, "Too many open files"),
                   "no error naming the descriptor limit");
     free(log);
 
     pscom_connection_t *again = tu_client_connect(ctx, s);
-    send_check(again, 7);
-    TU_ASSERT_EQ(wait_signal_progress(ctx, TU_SERVER), 2);
+    tu_send_pattern(again, 7, MSG_LEN);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 2);
     pscom_close_socket(s);
     return 0;
 }

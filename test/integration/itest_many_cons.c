@@ -24,7 +24,6 @@
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 
-#include <dirent.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,37 +38,6 @@
 #define MSGLEN     1500
 #define PINGS      2000
 #define IDLE_PASSES 2000
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    TU_ASSERT_NOT_NULL(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static uint32_t wait_signal_progress(tu_ctx_t *ctx, int peer)
-{
-    int fd = ctx->rank == TU_SERVER ? ctx->ctl[peer] : ctx->ctl[0];
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 0) > 0) return tu_wait_signal(ctx, peer);
-        if (!pscom_test_any()) {
-            p.revents = 0;
-            poll(&p, 1, 1);
-        }
-    }
-}
 
 /* CPU time of one idle progress pass (pscom_test_any with nothing to do),
  * in ns: the best of several batches, so that a preemption or a stray
@@ -100,7 +68,7 @@ static int server(tu_ctx_t *ctx)
     pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
     double pass0 = idle_pass_ns(); /* no connection yet (the clients wait for our port) */
     tu_server_listen(ctx, s);
-    int fds0 = count_fds();
+    int fds0 = tu_count_fds();
 
     char *buf = tu_malloc(MSGLEN);
     pscom_connection_t *ping_con = NULL;
@@ -132,11 +100,11 @@ static int server(tu_ctx_t *ctx)
         listed++;
     }
     TU_ASSERT_EQ(listed, TOTAL);
-    tu_log("%d connections on one socket, %d open fds (%d before)", listed, count_fds(), fds0);
+    tu_log("%d connections on one socket, %d open fds (%d before)", listed, tu_count_fds(), fds0);
 
     /* ping-pong on one connection while 999 idle */
     TU_ASSERT_NOT_NULL(ping_con);
-    for (int c = 1; c <= NCLIENTS; c++) TU_ASSERT_EQ(wait_signal_progress(ctx, c), 1);
+    for (int c = 1; c <= NCLIENTS; c++) TU_ASSERT_EQ(tu_wait_signal_progress(ctx, c), 1);
 
     /* an idle connection costs nothing per progress pass (epoll): a pass
      * with 1,000 idle connections costs what it did without any (a loop
@@ -161,12 +129,12 @@ static int server(tu_ctx_t *ctx)
     for (int c = 1; c <= NCLIENTS; c++) tu_signal(ctx, c, 3);
     pscom_connection_t *c;
     while ((c = pscom_get_next_connection(s, NULL))) pscom_close_connection(c);
-    double t0 = now_ms();
-    while (count_fds() > fds0 && now_ms() - t0 < 20000) {
+    double t0 = tu_now_ms();
+    while (tu_count_fds() > fds0 && tu_now_ms() - t0 < 20000) {
         if (!pscom_test_any()) poll(NULL, 0, 1);
     }
-    TU_ASSERT_MSG(count_fds() == fds0, "%d open fds after closing everything, %d before",
-                  count_fds(), fds0);
+    TU_ASSERT_MSG(tu_count_fds() == fds0, "%d open fds after closing everything, %d before",
+                  tu_count_fds(), fds0);
     for (int k = 1; k <= NCLIENTS; k++) tu_wait_peer_exit(ctx, k);
     pscom_close_socket(s);
     free(buf);
@@ -194,19 +162,19 @@ static int client(tu_ctx_t *ctx)
         TU_ASSERT_PATTERN(buf, MSGLEN, seed_of(i, (uint32_t)ctx->rank));
     }
     tu_signal(ctx, TU_SERVER, 1);
-    uint32_t what = wait_signal_progress(ctx, TU_SERVER);
+    uint32_t what = tu_wait_signal_progress(ctx, TU_SERVER);
     if (what == 2) {
-        double t0 = now_ms();
+        double t0 = tu_now_ms();
         for (uint32_t i = 0; i < PINGS; i++) {
             uint32_t v = i;
             pscom_send(cons[0], NULL, 0, &v, sizeof(v));
             TU_ASSERT_OK(pscom_recv(cons[0], NULL, NULL, 0, &v, sizeof(v)));
             TU_ASSERT_EQ(v, i);
         }
-        double dt = now_ms() - t0;
+        double dt = tu_now_ms() - t0;
         tu_log("%d round trips on one connection with %d idle ones on the server: %.1f us each",
                PINGS, TOTAL - 1, dt * 1e3 / PINGS);
-        what = wait_signal_progress(ctx, TU_SERVER);
+        what = tu_wait_signal_progress(ctx, TU_SERVER);
     }
     TU_ASSERT_EQ(what, 3);
     free(buf);

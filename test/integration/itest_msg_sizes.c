@@ -241,11 +241,8 @@ static void recv_all_unexpected(pscom_connection_t *con, int phase)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    pscom_connection_t *con = cons[1];
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
 
     /* A: client -> server, posted before, incl. 64 MiB (post_send) */
     recv_all_posted_before(con, 1, 1);

@@ -37,73 +37,18 @@
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
+
+#define MSG_LEN 3000 /* data bytes of each checked message */
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    TU_ASSERT_NOT_NULL(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1;
-}
-
-/* wait for a control value while pscom keeps progressing */
-static uint32_t wait_signal_progress(tu_ctx_t *ctx, int peer)
-{
-    int fd = ctx->rank == TU_SERVER ? ctx->ctl[peer] : ctx->ctl[0];
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 0) > 0) return tu_wait_signal(ctx, peer);
-        if (!pscom_test_any()) {
-            p.revents = 0;
-            poll(&p, 1, 1);
-        }
-    }
-}
-
 /* stderr into a temporary file, to check what the library printed */
-static int saved_stderr = -1;
-static FILE *capture;
-
-static void capture_begin(void)
-{
-    fflush(stderr);
-    capture = tmpfile();
-    TU_ASSERT_NOT_NULL(capture);
-    saved_stderr = dup(2);
-    TU_ASSERT_GE(saved_stderr, 0);
-    TU_ASSERT_GE(dup2(fileno(capture), 2), 0);
-}
-
-/* returns the captured text (malloc'ed) and echoes it to the real stderr */
-static char *capture_end(void)
-{
-    fflush(stderr);
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    long len = ftell(capture);
-    char *buf = tu_malloc((size_t)len + 1);
-    rewind(capture);
-    size_t n = fread(buf, 1, (size_t)len, capture);
-    buf[n]   = 0;
-    fclose(capture);
-    fprintf(stderr, "%s[captured library output:]\n%s[end]\n", tu_who(), buf);
-    return buf;
-}
 
 static volatile int accepts;
 static pscom_connection_t *err_con;
@@ -157,20 +102,15 @@ static pscom_connection_t *ondemand(pscom_socket_t *s, const char *ep, int rank)
     return c;
 }
 
-static void send_check(pscom_connection_t *con, uint32_t seed)
+/* swap listening ports with the peer over the control channel, then open
+ * an on-demand connection to it; *ep: the peer's endpoint (malloc'ed) */
+static pscom_connection_t *ondemand_to_peer(tu_ctx_t *ctx, pscom_socket_t *s, const char *name,
+                                            char **ep)
 {
-    char buf[3000];
-    tu_fill(buf, sizeof(buf), seed);
-    pscom_send(con, &seed, sizeof(seed), buf, sizeof(buf));
-}
-
-static void recv_check(pscom_connection_t *con, uint32_t seed)
-{
-    char buf[3000];
-    uint32_t xh;
-    TU_ASSERT_OK(pscom_recv(con, NULL, &xh, sizeof(xh), buf, sizeof(buf)));
-    TU_ASSERT_EQ(xh, seed);
-    TU_ASSERT_PATTERN(buf, sizeof(buf), seed);
+    int peer = ctx->rank == TU_SERVER ? 1 : TU_SERVER;
+    tu_signal(ctx, peer, (uint32_t)s->listen_portno);
+    *ep = peer_ep(s, tu_wait_signal(ctx, peer), name);
+    return ondemand(s, *ep, peer);
 }
 
 /* a send that must fail: ERROR, and con_error(WRITE) */
@@ -196,25 +136,24 @@ static void send_fails(pscom_connection_t *con, pscom_err_t expected_err)
 static int stop_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, NULL);
-    tu_signal(ctx, 1, (uint32_t)s->listen_portno);
-    char *ep = peer_ep(s, tu_wait_signal(ctx, 1), "client01");
-    pscom_connection_t *c = ondemand(s, ep, 1);
+    char *ep;
+    pscom_connection_t *c = ondemand_to_peer(ctx, s, "client01", &ep);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1); /* the client has its connection, is suspended */
     pscom_stop_listen(s);
 
-    send_check(c, 11); /* we are the higher name: back-connect */
-    recv_check(c, 12);
+    tu_send_pattern(c, 11, MSG_LEN); /* we are the higher name: back-connect */
+    tu_recv_pattern(c, 12, MSG_LEN);
     TU_ASSERT_NE(c->type, PSCOM_CON_TYPE_ONDEMAND);
-    send_check(c, 13);
+    tu_send_pattern(c, 13, MSG_LEN);
     TU_ASSERT_EQ(accepts, 0);
 
     /* the client tries a DIRECT connect to our stopped listener */
-    TU_ASSERT_EQ(wait_signal_progress(ctx, 1), 2);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 2);
     pscom_resume_listen(s);
     tu_signal(ctx, 1, 3);
-    TU_ASSERT_EQ(wait_signal_progress(ctx, 1), 4); /* it connected */
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 4); /* it connected */
     TU_ASSERT_EQ(accepts, 1);
-    recv_check(c, 14);
+    tu_recv_pattern(c, 14, MSG_LEN);
     pscom_close_socket(s);
     free(ep);
     return 0;
@@ -223,16 +162,15 @@ static int stop_server(tu_ctx_t *ctx)
 static int stop_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, NULL);
-    tu_signal(ctx, TU_SERVER, (uint32_t)s->listen_portno);
-    char *ep = peer_ep(s, tu_wait_signal(ctx, TU_SERVER), "server");
-    pscom_connection_t *c = ondemand(s, ep, 0);
+    char *ep;
+    pscom_connection_t *c = ondemand_to_peer(ctx, s, "server", &ep);
     pscom_suspend_listen(s);
     tu_signal(ctx, TU_SERVER, 1);
 
-    recv_check(c, 11);
+    tu_recv_pattern(c, 11, MSG_LEN);
     TU_ASSERT_NE(c->type, PSCOM_CON_TYPE_ONDEMAND);
-    send_check(c, 12);
-    recv_check(c, 13);
+    tu_send_pattern(c, 12, MSG_LEN);
+    tu_recv_pattern(c, 13, MSG_LEN);
 
     /* the server's listener is off now that nothing waits any more */
     pscom_connection_t *d = pscom_open_connection(s);
@@ -247,7 +185,7 @@ static int stop_client(tu_ctx_t *ctx)
     TU_ASSERT_OK(pscom_connect(d, ep, 0, PSCOM_CON_FLAG_DIRECT));
     TU_ASSERT_EQ(d->state, PSCOM_CON_STATE_RW);
     tu_signal(ctx, TU_SERVER, 4);
-    send_check(c, 14);
+    tu_send_pattern(c, 14, MSG_LEN);
     pscom_close_socket(s);
     free(ep);
     return 0;
@@ -258,18 +196,18 @@ static int stop_client(tu_ctx_t *ctx)
 static int refused_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, NULL);
-    int fds0          = count_fds();
+    int fds0          = tu_count_fds();
     tu_signal(ctx, 1, (uint32_t)s->listen_portno);
     /* no on-demand connection to the client: both of its attempts fail */
-    TU_ASSERT_EQ(wait_signal_progress(ctx, 1), 1);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 1);
     TU_ASSERT_EQ(accepts, 0);
     TU_ASSERT_NULL(pscom_get_next_connection(s, NULL));
-    TU_ASSERT_EQ(count_fds(), fds0);
+    TU_ASSERT_EQ(tu_count_fds(), fds0);
     /* still fine for a proper connection */
     pscom_connection_t *cons[2];
     tu_server_accept_all(ctx, s, cons);
-    recv_check(cons[1], 21);
-    send_check(cons[1], 22);
+    tu_recv_pattern(cons[1], 21, MSG_LEN);
+    tu_send_pattern(cons[1], 22, MSG_LEN);
     pscom_close_socket(s);
     return 0;
 }
@@ -281,12 +219,12 @@ static int refused_client(tu_ctx_t *ctx)
     uint32_t port      = tu_wait_signal(ctx, TU_SERVER);
     char *ep           = peer_ep(lo, port, "server");
 
-    capture_begin();
+    tu_capture_begin();
     pscom_connection_t *a = ondemand(lo, ep, 0);
     send_fails(a, PSCOM_ERR_CONNECTION_REFUSED);
     pscom_connection_t *b = ondemand(hi, ep, 0);
     send_fails(b, PSCOM_SUCCESS);
-    char *log = capture_end();
+    char *log = tu_capture_end();
     TU_ASSERT_MSG(strstr(log, "no waiting on-demand connection") && strstr(log, "PSP_RETRY=2"),
                   "the refusal is not explained in the log");
     free(log);
@@ -296,8 +234,8 @@ static int refused_client(tu_ctx_t *ctx)
 
     ctx->ep               = ep;
     pscom_connection_t *c = tu_client_connect(ctx, lo);
-    send_check(c, 21);
-    recv_check(c, 22);
+    tu_send_pattern(c, 21, MSG_LEN);
+    tu_recv_pattern(c, 22, MSG_LEN);
     pscom_close_socket(NULL);
     return 0;
 }
@@ -307,13 +245,12 @@ static int refused_client(tu_ctx_t *ctx)
 static int noback_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, NULL);
-    tu_signal(ctx, 1, (uint32_t)s->listen_portno);
-    char *ep              = peer_ep(s, tu_wait_signal(ctx, 1), "client01");
-    pscom_connection_t *c = ondemand(s, ep, 1);
+    char *ep;
+    pscom_connection_t *c = ondemand_to_peer(ctx, s, "client01", &ep);
     tu_signal(ctx, 1, 1);
-    capture_begin();
+    tu_capture_begin();
     send_fails(c, PSCOM_SUCCESS);
-    char *log = capture_end();
+    char *log = tu_capture_end();
     free(log);
     tu_signal(ctx, 1, 2); /* the client may go on */
     pscom_close_connection(c);
@@ -325,9 +262,8 @@ static int noback_server(tu_ctx_t *ctx)
 static int noback_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, NULL);
-    tu_signal(ctx, TU_SERVER, (uint32_t)s->listen_portno);
-    char *ep              = peer_ep(s, tu_wait_signal(ctx, TU_SERVER), "server");
-    pscom_connection_t *c = ondemand(s, ep, 0);
+    char *ep;
+    pscom_connection_t *c = ondemand_to_peer(ctx, s, "server", &ep);
     TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 1);
     /* progress until the server's request arrived and our connect started */
     while (c->state == PSCOM_CON_STATE_RW && c->type == PSCOM_CON_TYPE_ONDEMAND) pscom_wait_any();
@@ -341,23 +277,11 @@ static int noback_client(tu_ctx_t *ctx)
 
 /* ---- gave_up ------------------------------------------------------------------------ */
 
-static int dead_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    TU_ASSERT_GE(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
-    TU_ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    socklen_t len = sizeof(sa);
-    TU_ASSERT_EQ(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    return fd; /* bound, not listening: connects are refused */
-}
-
 static int gaveup_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, NULL);
-    tu_signal(ctx, 1, (uint32_t)s->listen_portno);
-    char *ep              = peer_ep(s, tu_wait_signal(ctx, 1), "client01");
-    pscom_connection_t *c = ondemand(s, ep, 1);
+    char *ep;
+    pscom_connection_t *c = ondemand_to_peer(ctx, s, "client01", &ep);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1);
     send_fails(c, PSCOM_ERR_CONNECTION_REFUSED);
     tu_signal(ctx, 1, 2);
@@ -370,20 +294,18 @@ static int gaveup_server(tu_ctx_t *ctx)
 static int gaveup_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, NULL);
-    int dead          = dead_port();
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    TU_ASSERT_EQ(getsockname(dead, (struct sockaddr *)&sa, &len), 0);
+    int port;
+    int dead = tu_tcp_socket(INADDR_ANY, 0, &port); /* bound, not listening: refused */
     tu_signal(ctx, TU_SERVER, (uint32_t)s->listen_portno);
     tu_wait_signal(ctx, TU_SERVER);
-    char *ep              = peer_ep(s, ntohs(sa.sin_port), "server"); /* wrong port */
+    char *ep              = peer_ep(s, (uint32_t)port, "server"); /* wrong port */
     pscom_connection_t *c = ondemand(s, ep, 0);
     tu_signal(ctx, TU_SERVER, 1);
     /* the server's request makes us connect, to nowhere: we fail first */
     while (!errors) pscom_wait_any();
     TU_ASSERT_PTR_EQ(err_con, c);
     TU_ASSERT_EQ(err_op, PSCOM_OP_WRITE);
-    TU_ASSERT_EQ(wait_signal_progress(ctx, TU_SERVER), 2);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 2);
     pscom_close_connection(c);
     pscom_close_socket(s);
     close(dead);
@@ -396,11 +318,10 @@ static int gaveup_client(tu_ctx_t *ctx)
 static int samename_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, "samename");
-    tu_signal(ctx, 1, (uint32_t)s->listen_portno);
-    char *ep              = peer_ep(s, tu_wait_signal(ctx, 1), "samename");
-    pscom_connection_t *c = ondemand(s, ep, 1);
+    char *ep;
+    pscom_connection_t *c = ondemand_to_peer(ctx, s, "samename", &ep);
     (void)c;
-    TU_ASSERT_EQ(wait_signal_progress(ctx, 1), 1);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 1);
     pscom_close_socket(s);
     free(ep);
     return 0;
@@ -409,12 +330,11 @@ static int samename_server(tu_ctx_t *ctx)
 static int samename_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, "samename");
-    tu_signal(ctx, TU_SERVER, (uint32_t)s->listen_portno);
-    char *ep              = peer_ep(s, tu_wait_signal(ctx, TU_SERVER), "samename");
-    pscom_connection_t *c = ondemand(s, ep, 0);
-    capture_begin();
+    char *ep;
+    pscom_connection_t *c = ondemand_to_peer(ctx, s, "samename", &ep);
+    tu_capture_begin();
     send_fails(c, PSCOM_ERR_INVALID);
-    char *log = capture_end();
+    char *log = tu_capture_end();
     TU_ASSERT_MSG(strstr(log, "unique socket names"), "the name clash is not explained");
     free(log);
     tu_signal(ctx, TU_SERVER, 1);

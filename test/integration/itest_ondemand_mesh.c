@@ -28,7 +28,6 @@
 #include "pscom_testutil.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,27 +207,6 @@ typedef struct xh {
     uint32_t from, seq;
 } xh_t;
 
-static long rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    long size = 0, res = 0;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &size, &res) != 2) res = 0;
-        fclose(f);
-    }
-    return res * sysconf(_SC_PAGESIZE);
-}
-
-static long heap_bytes(void)
-{
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-    struct mallinfo2 mi = mallinfo2();
-    return (long)(mi.uordblks + mi.hblkhd);
-#else
-    return 0;
-#endif
-}
-
 /* messages per peer: the test checks content; the bench sends one tiny
  * message per peer (that is what sets the connections up) */
 static int msgs(void)
@@ -325,8 +303,8 @@ static void phase(int mode)
     exchange_eps(ep, eps);
     pscom_socket_free_ep_str(ep);
 
-    long rss0  = rss_bytes();
-    long heap0 = heap_bytes();
+    long rss0  = (long)tu_rss_bytes();
+    long heap0 = tu_heap_bytes();
     barrier0(); /* start together */
     double t0 = now_s();
 
@@ -369,8 +347,8 @@ static void phase(int mode)
     TU_ASSERT_EQ(listed, nprocs - 1);
     TU_ASSERT_EQ(accepted, mode == MODE_ONDEMAND ? 0 : me);
 
-    red_t r = {{(t1 - t0) * 1e3, (double)(rss_bytes() - rss0), (double)(heap_bytes() - heap0),
-                (double)listed}};
+    red_t r = {{(t1 - t0) * 1e3, (double)((long)tu_rss_bytes() - rss0),
+                (double)(tu_heap_bytes() - heap0), (double)listed}};
     r = barrier(r); /* everybody connected and exchanged */
     if (bench && me == 0) {
         /* the parent prints; rank 0 only checks the sums are sane */

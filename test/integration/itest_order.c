@@ -100,15 +100,13 @@ static void recv_all(pscom_connection_t *con, int dir)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    unsigned char *region = send_all(cons[1], 2);
-    recv_all(cons[1], 1);
-    tu_send_tag(cons[1], 0x47414c4cu); /* got all of the client's messages */
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    unsigned char *region = send_all(con, 2);
+    recv_all(con, 1);
+    tu_send_tag(con, 0x47414c4cu); /* got all of the client's messages */
     /* the client has received everything once it says so */
-    tu_wait_tag(cons[1], NULL, 0x444f4e45u);
+    tu_wait_tag(con, NULL, 0x444f4e45u);
     free(region);
     return 0;
 }

@@ -32,25 +32,6 @@
 #define TAG_DROP  5u
 #define BIGLEN    (3u << 20)
 
-typedef struct err_rec {
-    pscom_connection_t *con;
-    pscom_op_t op;
-    pscom_err_t err;
-} err_rec_t;
-
-static err_rec_t errs[16];
-static volatile int nerrs;
-
-static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
-{
-    if (nerrs < 16) {
-        errs[nerrs].con = con;
-        errs[nerrs].op  = op;
-        errs[nerrs].err = err;
-    }
-    nerrs++;
-}
-
 static size_t len_of(uint32_t tag)
 {
     switch (tag) {
@@ -124,9 +105,9 @@ static int client_closer(tu_ctx_t *ctx, pscom_socket_t *sock, pscom_connection_t
     TU_ASSERT_MSG(pscom_req_successful(s3),
                   "send queued before pscom_close_connection was not drained: [%s]",
                   tu_state_str(s3->state));
-    TU_ASSERT_MSG(nerrs == 0, "con_error called %d times (op %d err %d) for a "
-                              "connection the user closed (spec 5.12 #13)",
-                  nerrs, (int)errs[0].op, (int)errs[0].err);
+    TU_ASSERT_MSG(tu_nerrs == 0, "con_error called %d times (op %d err %d) for a "
+                                 "connection the user closed (spec 5.12 #13)",
+                  tu_nerrs, (int)tu_errs[0].op, (int)tu_errs[0].err);
     pscom_request_free(s3);
     free(buf);
     return 0;
@@ -148,11 +129,11 @@ static int client_observer(tu_ctx_t *ctx, pscom_socket_t *sock, pscom_connection
     pscom_request_t *r2 = post_tagged(con, NULL, TAG_NEVER, NULL, 0);
     expect_msg(r1, 4, buf);
     expect_error(r2);
-    tu_wait_flag(&nerrs);
-    TU_ASSERT_EQ(nerrs, 1);
-    TU_ASSERT_PTR_EQ(errs[0].con, con);
-    TU_ASSERT_EQ(errs[0].op, PSCOM_OP_READ);
-    TU_ASSERT_ERR(errs[0].err, PSCOM_ERR_EOF);
+    tu_wait_flag(&tu_nerrs);
+    TU_ASSERT_EQ(tu_nerrs, 1);
+    TU_ASSERT_PTR_EQ(tu_errs[0].con, con);
+    TU_ASSERT_EQ(tu_errs[0].op, PSCOM_OP_READ);
+    TU_ASSERT_ERR(tu_errs[0].err, PSCOM_ERR_EOF);
 
     /* the read side has ended: new receives fail */
     pscom_request_t *r3 = post_tagged(con, NULL, TAG_NEVER, NULL, 0);
@@ -171,7 +152,7 @@ static int client_observer(tu_ctx_t *ctx, pscom_socket_t *sock, pscom_connection
 static int client(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error;
+    sock->ops.con_error  = tu_on_con_error;
     pscom_connection_t *con = tu_client_connect(ctx, sock);
     if (ctx->rank == 1) return client_closer(ctx, sock, con);
     return client_observer(ctx, sock, con);
@@ -183,7 +164,7 @@ static int server(tu_ctx_t *ctx)
 {
     pscom_connection_t *cons[3];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error;
+    sock->ops.con_error  = tu_on_con_error;
     tu_server_listen(ctx, sock);
     tu_server_accept_all(ctx, sock, cons);
 
@@ -206,11 +187,11 @@ static int server(tu_ctx_t *ctx)
     pscom_request_t *any     = post_tagged(NULL, sock, TAG_NEVER, NULL, 0);
     tu_send_tag(c1, TAG_GO);
 
-    tu_wait_flag(&nerrs);
-    TU_ASSERT_EQ(nerrs, 1);
-    TU_ASSERT_PTR_EQ(errs[0].con, c1);
-    TU_ASSERT_EQ(errs[0].op, PSCOM_OP_READ);
-    TU_ASSERT_ERR(errs[0].err, PSCOM_ERR_EOF);
+    tu_wait_flag(&tu_nerrs);
+    TU_ASSERT_EQ(tu_nerrs, 1);
+    TU_ASSERT_PTR_EQ(tu_errs[0].con, c1);
+    TU_ASSERT_EQ(tu_errs[0].op, PSCOM_OP_READ);
+    TU_ASSERT_ERR(tu_errs[0].err, PSCOM_ERR_EOF);
 
     expect_error(pending);
     TU_ASSERT_MSG(!pscom_req_is_done(any),
@@ -256,9 +237,9 @@ static int server(tu_ctx_t *ctx)
      * (its process exit ends every transport), then look again */
     tu_wait_peer_exit_progress(ctx, 2);
     for (int i = 0; i < 100; i++) pscom_test_any();
-    TU_ASSERT_MSG(nerrs == 1, "con_error called for a connection the user "
-                              "closed (spec 5.12 #13): op %d err %d",
-                  (int)errs[1].op, (int)errs[1].err);
+    TU_ASSERT_MSG(tu_nerrs == 1, "con_error called for a connection the user "
+                                 "closed (spec 5.12 #13): op %d err %d",
+                  (int)tu_errs[1].op, (int)tu_errs[1].err);
     return 0;
 }
 

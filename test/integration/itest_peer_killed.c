@@ -23,25 +23,6 @@
 
 #define BIG (16u << 20)
 
-typedef struct err_rec {
-    pscom_connection_t *con;
-    pscom_op_t op;
-    pscom_err_t err;
-} err_rec_t;
-
-static err_rec_t errs[16];
-static volatile int nerrs;
-
-static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
-{
-    if (nerrs < 16) {
-        errs[nerrs].con = con;
-        errs[nerrs].op  = op;
-        errs[nerrs].err = err;
-    }
-    nerrs++;
-}
-
 static int client(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
@@ -75,34 +56,13 @@ static int client(tu_ctx_t *ctx)
     TU_FAIL("survived SIGKILL");
 }
 
-static const err_rec_t *error_of(pscom_connection_t *con)
-{
-    for (int i = 0; i < nerrs && i < 16; i++) {
-        if (errs[i].con == con) return &errs[i];
-    }
-    return NULL;
-}
-
 static void expect_con_error(pscom_connection_t *con)
 {
-    const err_rec_t *e;
-    while (!(e = error_of(con))) pscom_wait_any();
+    const tu_err_rec_t *e;
+    while (!(e = tu_error_of(con))) pscom_wait_any();
     TU_ASSERT_EQ(e->op, PSCOM_OP_READ);
     /* no protocol EOF before the transport EOF */
     TU_ASSERT_ERR(e->err, PSCOM_ERR_IOERROR);
-}
-
-static pscom_request_t *post_recv(pscom_connection_t *con, void *buf, size_t len)
-{
-    pscom_request_t *req = pscom_request_create(4, 0);
-    TU_ASSERT_NOT_NULL(req);
-    req->connection  = con;
-    req->socket      = con->socket;
-    req->data        = buf;
-    req->data_len    = len;
-    req->xheader_len = 4;
-    pscom_post_recv(req);
-    return req;
 }
 
 static void expect_error(pscom_request_t *req, const char *what)
@@ -118,13 +78,13 @@ static int server(tu_ctx_t *ctx)
 {
     pscom_connection_t *cons[4];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error;
+    sock->ops.con_error  = tu_on_con_error;
     tu_server_listen(ctx, sock);
     tu_server_accept_all(ctx, sock, cons);
 
     /* 1: pending receive, we kill the peer */
     tu_step("1: kill client 1, wait for the pending receive");
-    pscom_request_t *r1 = post_recv(cons[1], NULL, 0);
+    pscom_request_t *r1 = tu_post_recv(cons[1], NULL, 0, 4);
     TU_ASSERT_EQ(kill(ctx->client_pids[1], SIGKILL), 0);
     expect_error(r1, "client 1 killed by the server");
     tu_step("1: wait for con_error of client 1");
@@ -143,7 +103,7 @@ static int server(tu_ctx_t *ctx)
     tu_signal(ctx, 3, 1);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 3), 1);
     unsigned char *big  = (unsigned char *)tu_malloc(BIG);
-    pscom_request_t *r3 = post_recv(cons[3], big, BIG);
+    pscom_request_t *r3 = tu_post_recv(cons[3], big, BIG, 4);
     pscom_wait(r3);
     if (pscom_req_successful(r3)) {
         /* A transport that pulls the data from the sender (rendezvous

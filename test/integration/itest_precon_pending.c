@@ -30,12 +30,10 @@ static void check_log(int pended)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    TU_ASSERT_STR_EQ(pscom_con_type_str(cons[1]->type), "tcp");
-    tu_echo_server(cons[1], 1);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    TU_ASSERT_STR_EQ(pscom_con_type_str(con->type), "tcp");
+    tu_echo_server(con, 1);
     pscom_close_socket(sock);
     check_log(!strcmp(step, "confirm"));
     return 0;

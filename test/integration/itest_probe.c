@@ -159,11 +159,8 @@ static void recv_msg(unsigned n)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    con = cons[1];
+    con  = tu_server_accept_one(ctx, sock);
 
     /* parked receive: keeps every connection of sock readable */
     pscom_request_t *parked = pscom_request_create(0, 0);

@@ -342,11 +342,8 @@ static void scenario_default_recv(void)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    con = cons[1];
+    con  = tu_server_accept_one(ctx, sock);
 
     scenario_filter_posted();
     scenario_filter_unexpected();

@@ -415,11 +415,8 @@ static void expect_counts(const int *want)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    g_con = cons[1];
+    g_con = tu_server_accept_one(ctx, sock);
 
     g_win             = tu_malloc(WIN_LEN);
     unsigned char *mm = tu_malloc(WIN_LEN);
@@ -1036,12 +1033,9 @@ static void on_con_error_any(pscom_connection_t *con, pscom_op_t op, pscom_err_t
 /* put_death: the server is the target, the client the origin that dies */
 static int put_death_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock  = tu_open_socket(ctx, 0, 0);
     sock->ops.con_error   = on_con_error_any;
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    g_con = cons[1];
+    g_con = tu_server_accept_one(ctx, sock);
     g_win = tu_malloc(DEATH_LEN);
     memset(g_win, 0, DEATH_LEN);
     pscom_memh_t memh;
@@ -1110,18 +1104,16 @@ static int put_death_client(tu_ctx_t *ctx)
 /* get_death: the server is the origin, the client the target that dies */
 static int get_death_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock  = tu_open_socket(ctx, 0, 0);
     sock->ops.con_error   = on_con_error_any;
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
     unsigned char rkeybuf[4096];
     ctl_xh_t xh;
-    size_t rl = recv_tag(cons[1], TAG_RKEY, &xh, rkeybuf, sizeof(rkeybuf));
+    size_t rl = recv_tag(con, TAG_RKEY, &xh, rkeybuf, sizeof(rkeybuf));
     pscom_rkey_t rkey;
-    TU_ASSERT_OK(pscom_rkey_generate(cons[1], rkeybuf, rl, &rkey));
+    TU_ASSERT_OK(pscom_rkey_generate(con, rkeybuf, rl, &rkey));
     unsigned char *dst = tu_malloc(DEATH_LEN);
-    pscom_request_t *r = rma_req(cons[1], rkey, 0);
+    pscom_request_t *r = rma_req(con, rkey, 0);
     r->rma.origin_addr = dst;
     r->rma.target_addr = (void *)(uintptr_t)xh.addr;
     r->data_len        = DEATH_LEN;
@@ -1147,7 +1139,7 @@ static int get_death_server(tu_ctx_t *ctx)
     TU_ASSERT_EQ(g_con_error, 1);
     pscom_request_free(r);
     TU_ASSERT_OK(pscom_rkey_destroy(rkey));
-    pscom_close_connection(cons[1]);
+    pscom_close_connection(con);
     free(dst);
     return 0;
 }
@@ -1201,11 +1193,8 @@ static int expect_direct(void)
 
 static int direct_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    g_con = cons[1];
+    g_con = tu_server_accept_one(ctx, sock);
     g_win = tu_malloc(2 * DIRECT_N * DIRECT_LEN); /* puts land in the first half */
     memset(g_win, 0, DIRECT_N * DIRECT_LEN);
     tu_fill(g_win + DIRECT_N * DIRECT_LEN, DIRECT_N * DIRECT_LEN, 99); /* gets read here */

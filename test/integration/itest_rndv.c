@@ -64,16 +64,6 @@ static uint32_t seed_of(uint32_t src, uint32_t seq)
     return src * 100003u + seq * 7u + 1;
 }
 
-static size_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    TU_ASSERT_NOT_NULL(f);
-    unsigned long size = 0, res = 0;
-    TU_ASSERT_EQ(fscanf(f, "%lu %lu", &size, &res), 2);
-    fclose(f);
-    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 static pscom_request_t *post_send(pscom_connection_t *con, void *data, size_t len,
                                   uint32_t src, uint32_t seq)
 {
@@ -153,11 +143,8 @@ enum { SIG_GO = 1, SIG_SENT, SIG_PROBED, SIG_CHECKED };
 
 static int sizes_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    pscom_connection_t *con = cons[1];
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
     unsigned char *buf      = tu_malloc((64u << 20) + GUARD);
 
     uint32_t seq = 0;
@@ -171,7 +158,7 @@ static int sizes_server(tu_ctx_t *ctx)
 
         /* posted after the message arrived */
         memset(buf, 0xee, len + GUARD);
-        size_t rss0 = rss_bytes();
+        size_t rss0 = tu_rss_bytes();
         tu_signal(ctx, 1, SIG_GO);
         TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_SENT);
         pscom_request_t *p = pscom_request_create(sizeof(xh_t), 0);
@@ -184,7 +171,7 @@ static int sizes_server(tu_ctx_t *ctx)
         TU_ASSERT_EQ(p->header.data_len, len);
         TU_ASSERT_EQ(xh_of(p).seq, seq);
         pscom_request_free(p);
-        size_t rss1 = rss_bytes();
+        size_t rss1 = tu_rss_bytes();
         if (len >= (16u << 20)) {
             TU_ASSERT_MSG(rss1 < rss0 + (8u << 20),
                           "unexpected rendezvous message of %zu bytes: resident memory grew "
@@ -244,11 +231,8 @@ static int sizes_client(tu_ctx_t *ctx)
 
 static int trunc_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    pscom_connection_t *con = cons[1];
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
     unsigned char *buf      = tu_malloc((2u << 20) + GUARD);
     uint32_t seq            = 0;
 
@@ -368,12 +352,10 @@ static void flood(pscom_connection_t *con, uint32_t me, uint32_t peer)
 
 static int flood_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    flood(cons[1], 0, 1);
-    tu_wait_tag(cons[1], NULL, TAG_DONE);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    flood(con, 0, 1);
+    tu_wait_tag(con, NULL, TAG_DONE);
     return 0;
 }
 
@@ -482,11 +464,8 @@ static int any_client(tu_ctx_t *ctx)
 
 static int cancel_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    pscom_connection_t *con = cons[1];
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
     unsigned char *buf      = tu_malloc(CN_LEN + GUARD);
     memset(buf, 0xee, CN_LEN + GUARD);
 

@@ -20,19 +20,6 @@ enum { SIG_GO = 1, SIG_SENT };
 
 static int posted_late;
 
-static pscom_request_t *post_recv(pscom_connection_t *con, void *buf, size_t len)
-{
-    pscom_request_t *r = pscom_request_create(4, 0);
-    TU_ASSERT_NOT_NULL(r);
-    r->connection  = con;
-    r->socket      = con->socket;
-    r->data        = buf;
-    r->data_len    = len;
-    r->xheader_len = 4;
-    pscom_post_recv(r);
-    return r;
-}
-
 static int accept_small(pscom_request_t *req, pscom_connection_t *con, pscom_header_net_t *hn)
 {
     (void)req;
@@ -42,28 +29,26 @@ static int accept_small(pscom_request_t *req, pscom_connection_t *con, pscom_hea
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
     unsigned char *buf[NMSG + 1];
     pscom_request_t *r[NMSG + 1];
     for (int i = 0; i <= NMSG; i++) {
         buf[i] = tu_malloc(N);
-        if (!posted_late) r[i] = post_recv(cons[1], buf[i], N);
+        if (!posted_late) r[i] = tu_post_recv(con, buf[i], N, 4);
     }
     tu_signal(ctx, 1, SIG_GO);
     if (posted_late) {
         TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_SENT);
         /* the last (eager) message is there: all announcements arrived */
         pscom_request_t *p = pscom_request_create(4, 0);
-        p->connection      = cons[1];
+        p->connection      = con;
         p->socket          = sock;
         p->xheader_len     = 4;
         p->ops.recv_accept = accept_small;
         pscom_probe(p);
         pscom_request_free(p);
-        for (int i = 0; i <= NMSG; i++) r[i] = post_recv(cons[1], buf[i], N);
+        for (int i = 0; i <= NMSG; i++) r[i] = tu_post_recv(con, buf[i], N, 4);
     }
     for (int i = 0; i <= NMSG; i++) {
         pscom_wait(r[i]);

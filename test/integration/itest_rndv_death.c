@@ -44,31 +44,15 @@ static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err
 
 static pscom_connection_t *server_setup(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
     sock->ops.con_error  = on_con_error;
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    return cons[1];
+    return tu_server_accept_one(ctx, sock);
 }
 
 static pscom_connection_t *client_setup(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
     return tu_client_connect(ctx, sock);
-}
-
-static pscom_request_t *post_recv(pscom_connection_t *con, void *buf)
-{
-    pscom_request_t *r = pscom_request_create(8, 0);
-    TU_ASSERT_NOT_NULL(r);
-    r->connection  = con;
-    r->socket      = con->socket;
-    r->data        = buf;
-    r->data_len    = LEN;
-    r->xheader_len = 8;
-    pscom_post_recv(r);
-    return r;
 }
 
 static pscom_request_t *post_send(pscom_connection_t *con, void *buf)
@@ -119,16 +103,50 @@ static int killed(tu_ctx_t *ctx)
     TU_FAIL("not killed");
 }
 
+static int peer_of(tu_ctx_t *ctx)
+{
+    return ctx->rank == TU_SERVER ? 1 : TU_SERVER;
+}
+
+/* receiver: post the receive, let the peer send, wait until it matched */
+static pscom_request_t *recv_matched(tu_ctx_t *ctx, pscom_connection_t *con, void *buf)
+{
+    pscom_request_t *r = tu_post_recv(con, buf, LEN, 8);
+    tu_signal(ctx, peer_of(ctx), SIG_GO);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, peer_of(ctx)), SIG_SENT);
+    wait_started(r);
+    return r;
+}
+
+/* sender: once the peer's receive is posted, send the pattern */
+static pscom_request_t *send_when_posted(tu_ctx_t *ctx, pscom_connection_t *con, void *buf)
+{
+    tu_fill(buf, LEN, SEED);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, peer_of(ctx)), SIG_GO);
+    pscom_request_t *s = post_send(con, buf);
+    tu_signal(ctx, peer_of(ctx), SIG_SENT);
+    return s;
+}
+
+/* the announcement of the peer's send arrived (unexpected): probe it */
+static void probe_announcement(pscom_connection_t *con)
+{
+    pscom_request_t *p = pscom_request_create(8, 0);
+    p->connection      = con;
+    p->socket          = con->socket;
+    p->xheader_len     = 8;
+    pscom_probe(p);
+    TU_ASSERT_EQ(p->header.data_len, LEN);
+    pscom_request_free(p);
+}
+
 /* ---- 1: sender dies, receive matched -------------------------------------------------- */
 
 static int s1_server(tu_ctx_t *ctx)
 {
     pscom_connection_t *con = server_setup(ctx);
     unsigned char *buf      = tu_malloc(LEN);
-    pscom_request_t *r      = post_recv(con, buf);
-    tu_signal(ctx, 1, SIG_GO);
-    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_SENT);
-    wait_started(r); /* the announcement matched */
+    pscom_request_t *r      = recv_matched(ctx, con, buf); /* the announcement matched */
     TU_ASSERT_STATE_HAS(r->state, PSCOM_REQ_STATE_IO_STARTED);
     int done_before = pscom_req_is_done(r);
     kill(ctx->client_pids[1], SIGKILL);
@@ -141,10 +159,7 @@ static int s1_client(tu_ctx_t *ctx)
 {
     pscom_connection_t *con = client_setup(ctx);
     unsigned char *buf      = tu_malloc(LEN);
-    tu_fill(buf, LEN, SEED);
-    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_GO);
-    post_send(con, buf);
-    tu_signal(ctx, TU_SERVER, SIG_SENT);
+    send_when_posted(ctx, con, buf);
     return killed(ctx);
 }
 
@@ -156,16 +171,10 @@ static int s2_server(tu_ctx_t *ctx)
     unsigned char *buf      = tu_malloc(LEN);
     tu_signal(ctx, 1, SIG_GO);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_SENT);
-    pscom_request_t *p = pscom_request_create(8, 0);
-    p->connection      = con;
-    p->socket          = con->socket;
-    p->xheader_len     = 8;
-    pscom_probe(p);
-    TU_ASSERT_EQ(p->header.data_len, LEN);
-    pscom_request_free(p);
+    probe_announcement(con);
     kill(ctx->client_pids[1], SIGKILL);
     tu_wait_flag(&con_errors);
-    pscom_request_t *r = post_recv(con, buf);
+    pscom_request_t *r = tu_post_recv(con, buf, LEN, 8);
     expect_end(r, 0, NULL);
     free(buf);
     return 0;
@@ -177,10 +186,7 @@ static int s3_server(tu_ctx_t *ctx)
 {
     pscom_connection_t *con = server_setup(ctx);
     unsigned char *buf      = tu_malloc(LEN);
-    pscom_request_t *r      = post_recv(con, buf);
-    tu_signal(ctx, 1, SIG_GO);
-    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_SENT);
-    wait_started(r);
+    pscom_request_t *r      = recv_matched(ctx, con, buf);
     tu_signal(ctx, 1, SIG_MATCHED);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_PUSHING);
     for (int i = 0; i < 100; i++) pscom_test_any(); /* take part of the data */
@@ -195,10 +201,7 @@ static int s3_client(tu_ctx_t *ctx)
 {
     pscom_connection_t *con = client_setup(ctx);
     unsigned char *buf      = tu_malloc(LEN);
-    tu_fill(buf, LEN, SEED);
-    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_GO);
-    pscom_request_t *s = post_send(con, buf);
-    tu_signal(ctx, TU_SERVER, SIG_SENT);
+    pscom_request_t *s      = send_when_posted(ctx, con, buf);
     TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_MATCHED);
     /* read the clear-to-send and push until the socket is full */
     for (int i = 0; i < 100; i++) pscom_test_any();
@@ -229,13 +232,7 @@ static int s4_client(tu_ctx_t *ctx)
 {
     pscom_connection_t *con = client_setup(ctx);
     TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_SENT);
-    pscom_request_t *p = pscom_request_create(8, 0);
-    p->connection      = con;
-    p->socket          = con->socket;
-    p->xheader_len     = 8;
-    pscom_probe(p);
-    TU_ASSERT_EQ(p->header.data_len, LEN);
-    pscom_request_free(p);
+    probe_announcement(con);
     tu_signal(ctx, TU_SERVER, SIG_SEEN);
     return killed(ctx);
 }
@@ -246,10 +243,7 @@ static int s5_server(tu_ctx_t *ctx)
 {
     pscom_connection_t *con = server_setup(ctx);
     unsigned char *buf      = tu_malloc(LEN);
-    tu_fill(buf, LEN, SEED);
-    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_GO); /* the receive is posted */
-    pscom_request_t *s = post_send(con, buf);
-    tu_signal(ctx, 1, SIG_SENT);
+    pscom_request_t *s      = send_when_posted(ctx, con, buf);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_MATCHED);
     for (int i = 0; i < 100; i++) pscom_test_any(); /* push until the socket is full */
     int done_before = pscom_req_is_done(s);
@@ -263,10 +257,7 @@ static int s5_client(tu_ctx_t *ctx)
 {
     pscom_connection_t *con = client_setup(ctx);
     unsigned char *buf      = tu_malloc(LEN);
-    pscom_request_t *r      = post_recv(con, buf);
-    tu_signal(ctx, TU_SERVER, SIG_GO);
-    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_SENT);
-    wait_started(r); /* matched: the clear-to-send (or the direct read) is done */
+    recv_matched(ctx, con, buf); /* the clear-to-send (or the direct read) is done */
     tu_signal(ctx, TU_SERVER, SIG_MATCHED);
     return killed(ctx);
 }

@@ -76,16 +76,6 @@ static void check(const unsigned char *p, uint64_t len, uint64_t seed)
     }
 }
 
-static size_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    TU_ASSERT_NOT_NULL(f);
-    unsigned long size = 0, res = 0;
-    TU_ASSERT_EQ(fscanf(f, "%lu %lu", &size, &res), 2);
-    fclose(f);
-    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 /* An anonymous mapping. (No MADV_HUGEPAGE: with THP defrag "madvise" a
  * fault may stall in direct compaction for many seconds.) */
 static unsigned char *huge_alloc(void)
@@ -101,19 +91,6 @@ static void huge_free(unsigned char *p)
 }
 
 static int rendezvous_run;
-
-static pscom_request_t *post_huge(pscom_connection_t *con, unsigned char *buf)
-{
-    pscom_request_t *r = pscom_request_create(sizeof(xh_t), 0);
-    TU_ASSERT_NOT_NULL(r);
-    r->connection  = con;
-    r->socket      = con->socket;
-    r->data        = buf;
-    r->data_len    = HUGE_LEN;
-    r->xheader_len = sizeof(xh_t);
-    pscom_post_recv(r);
-    return r;
-}
 
 static void finish(pscom_request_t *r, unsigned char *buf, uint32_t seq, double t0)
 {
@@ -135,11 +112,8 @@ static void finish(pscom_request_t *r, unsigned char *buf, uint32_t seq, double 
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    pscom_connection_t *con = cons[1];
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
     unsigned char *buf      = huge_alloc();
 
     /* fault the pages in while the sender fills its buffer: on a VM a
@@ -151,7 +125,7 @@ static int server(tu_ctx_t *ctx)
     /* 1: posted before the send */
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_GO); /* the sender's data is ready */
     double t0          = now();
-    pscom_request_t *r = post_huge(con, buf);
+    pscom_request_t *r = tu_post_recv(con, buf, HUGE_LEN, sizeof(xh_t));
     tu_signal(ctx, 1, SIG_GO);
     finish(r, buf, 0, t0);
 
@@ -162,7 +136,7 @@ static int server(tu_ctx_t *ctx)
         memset(buf + HUGE_LEN - 4096, 0, 4096);
         tu_signal(ctx, 1, SIG_GO);
         TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_SENT);
-        size_t rss0        = rss_bytes();
+        size_t rss0        = tu_rss_bytes();
         pscom_request_t *p = pscom_request_create(sizeof(xh_t), 0);
         TU_ASSERT_NOT_NULL(p);
         p->connection  = con;
@@ -173,12 +147,12 @@ static int server(tu_ctx_t *ctx)
         TU_ASSERT_EQ(p->header.data_len, HUGE_LEN);
         TU_ASSERT_STATE_LACKS(p->state, PSCOM_REQ_STATE_TRUNCATED);
         pscom_request_free(p);
-        size_t rss1 = rss_bytes();
+        size_t rss1 = tu_rss_bytes();
         TU_ASSERT_MSG(rss1 < rss0 + (64u << 20),
                       "unexpected 5 GiB rendezvous message: resident memory grew by %zu bytes",
                       rss1 - rss0);
         t0 = now();
-        finish(post_huge(con, buf), buf, 1, t0);
+        finish(tu_post_recv(con, buf, HUGE_LEN, sizeof(xh_t)), buf, 1, t0);
     }
     tu_wait_tag(con, NULL, 0x444f4e45u);
     huge_free(buf);

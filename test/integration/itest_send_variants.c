@@ -227,11 +227,8 @@ static void chain_io_done(pscom_request_t *req)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    con  = cons[1];
+    con  = tu_server_accept_one(ctx, sock);
     rbuf = (unsigned char *)tu_malloc(MAXLEN);
 
     command(CMD_COPY, 0);

@@ -23,24 +23,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define BIG      (64u << 20)
 #define TAG_MSG  0x4d534721u
 #define LIMIT_US 2000000.0
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
 static volatile int con_errors;
 static pscom_op_t err_op;
 static pscom_err_t err_err;
-static double err_at;
+static double err_at; /* ms */
 
 static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
 {
@@ -48,7 +40,7 @@ static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err
     if (!con_errors++) {
         err_op  = op;
         err_err = err;
-        err_at  = now_us();
+        err_at  = tu_now_ms();
     }
 }
 
@@ -89,24 +81,34 @@ static void expect_error(pscom_request_t *req)
     TU_ASSERT(!pscom_req_successful(req));
 }
 
-/* the peer is gone (dead_at): con_error must come, in time */
-static void expect_con_error(double dead_at)
+/* the client is gone (dead_at, ms): con_error must come, in time, and no
+ * shared-memory segment of either process may be left */
+static void expect_con_error(tu_ctx_t *ctx, double dead_at)
 {
     tu_wait_flag(&con_errors);
     TU_ASSERT_EQ(con_errors, 1);
     TU_ASSERT_EQ(err_op, PSCOM_OP_READ);
     TU_ASSERT_ERR(err_err, PSCOM_ERR_IOERROR);
-    double us = err_at > dead_at ? err_at - dead_at : 0;
+    double us = err_at > dead_at ? (err_at - dead_at) * 1e3 : 0;
     tu_log("con_error %.0f us after the peer was gone", us);
     TU_ASSERT_MSG(us < LIMIT_US, "con_error came %.0f us after the peer died", us);
+    assert_no_segments(getpid(), ctx->client_pids[1]);
 }
 
-/* kill the client and wait until it is really gone; returns the time */
+/* kill the client and wait until it is really gone; returns the time (ms) */
 static double kill_client(tu_ctx_t *ctx)
 {
     TU_ASSERT_EQ(kill(ctx->client_pids[1], SIGKILL), 0);
     tu_wait_peer_exit(ctx, 1); /* its control channel closes when it exits */
-    return now_us();
+    return tu_now_ms();
+}
+
+/* the server's socket (recording con_error) and its connection to the client */
+static pscom_connection_t *server_setup(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = on_con_error;
+    return tu_server_accept_one(ctx, sock);
 }
 
 /* ---- A: the survivor receives ------------------------------------------------ */
@@ -128,13 +130,9 @@ static int a_client(tu_ctx_t *ctx)
 
 static int a_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error;
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
+    pscom_connection_t *con = server_setup(ctx);
     unsigned char *buf = tu_malloc(BIG);
-    pscom_request_t *r = post(cons[1], buf, BIG, 0);
+    pscom_request_t *r = post(con, buf, BIG, 0);
     tu_signal(ctx, 1, 1);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 2);
     /* take part of it: the sender is out of pscom, so it cannot finish */
@@ -143,10 +141,9 @@ static int a_server(tu_ctx_t *ctx)
     TU_ASSERT(!pscom_req_is_done(r));
     double dead = kill_client(ctx);
     expect_error(r);
-    expect_con_error(dead);
-    assert_no_segments(getpid(), ctx->client_pids[1]);
+    expect_con_error(ctx, dead);
     pscom_request_free(r);
-    pscom_close_connection(cons[1]);
+    pscom_close_connection(con);
     free(buf);
     return 0;
 }
@@ -164,27 +161,22 @@ static int b_client(tu_ctx_t *ctx)
 
 static int b_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error;
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
+    pscom_connection_t *con = server_setup(ctx);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1);
     unsigned char *buf = tu_malloc(BIG), small[64];
     tu_fill(buf, BIG, 2);
-    pscom_request_t *s = post(cons[1], buf, BIG, 1);
-    pscom_request_t *r = post(cons[1], small, sizeof(small), 0);
+    pscom_request_t *s = post(con, buf, BIG, 1);
+    pscom_request_t *r = post(con, small, sizeof(small), 0);
     for (int i = 0; i < 100; i++) pscom_test_any();
     TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_IO_STARTED);
     TU_ASSERT(!pscom_req_is_done(s));
     double dead = kill_client(ctx);
     expect_error(s);
     expect_error(r);
-    expect_con_error(dead);
-    assert_no_segments(getpid(), ctx->client_pids[1]);
+    expect_con_error(ctx, dead);
     pscom_request_free(s);
     pscom_request_free(r);
-    pscom_close_connection(cons[1]);
+    pscom_close_connection(con);
     free(buf);
     return 0;
 }
@@ -208,24 +200,19 @@ static int c_client(tu_ctx_t *ctx)
 
 static int c_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error;
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
+    pscom_connection_t *con = server_setup(ctx);
     unsigned char *buf = tu_malloc(BIG);
     tu_fill(buf, BIG, 3);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1);
-    pscom_request_t *s = post(cons[1], buf, BIG, 1);
+    pscom_request_t *s = post(con, buf, BIG, 1);
     for (int i = 0; i < 3; i++) pscom_test_any(); /* under way, maybe helping */
     double dead = kill_client(ctx);
     pscom_wait(s);
     TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_DONE);
     if (!pscom_req_successful(s)) TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_ERROR);
-    expect_con_error(dead);
-    assert_no_segments(getpid(), ctx->client_pids[1]);
+    expect_con_error(ctx, dead);
     pscom_request_free(s);
-    pscom_close_connection(cons[1]);
+    pscom_close_connection(con);
     free(buf);
     return 0;
 }

@@ -78,15 +78,7 @@ static pscom_request_t *post_send(pscom_connection_t *con, uint32_t seq, void *d
 
 static pscom_request_t *post_recv(pscom_connection_t *con, void *data, size_t len)
 {
-    pscom_request_t *req = pscom_request_create(sizeof(xh_t), 0);
-    TU_ASSERT_NOT_NULL(req);
-    req->connection  = con;
-    req->socket      = con->socket;
-    req->data        = data;
-    req->data_len    = len;
-    req->xheader_len = sizeof(xh_t);
-    pscom_post_recv(req);
-    return req;
+    return tu_post_recv(con, data, len, sizeof(xh_t));
 }
 
 static void wait_free(pscom_request_t *req)
@@ -262,11 +254,8 @@ static void finished(tu_ctx_t *ctx)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    pscom_connection_t *con = cons[1];
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
     TU_ASSERT_EQ(con->type, PSCOM_CON_TYPE_SHM);
     assert_no_segments(getpid(), ctx->client_pids[1]);
 
@@ -386,11 +375,9 @@ static int quick_client(tu_ctx_t *ctx)
 
 static int quick_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    TU_ASSERT_EQ(cons[1]->type, PSCOM_CON_TYPE_SHM);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    TU_ASSERT_EQ(con->type, PSCOM_CON_TYPE_SHM);
     command(ctx, CMD_END);
     return 0;
 }

@@ -169,24 +169,6 @@ static void on_accept(pscom_connection_t *con)
     naccepted++;
 }
 
-typedef struct err_rec {
-    pscom_connection_t *con;
-    pscom_op_t op;
-    pscom_err_t err;
-} err_rec_t;
-static err_rec_t errs[16];
-static volatile int nerrs;
-
-static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
-{
-    if (nerrs < 16) {
-        errs[nerrs].con = con;
-        errs[nerrs].op  = op;
-        errs[nerrs].err = err;
-    }
-    nerrs++;
-}
-
 static pscom_request_t *post_parked_any(pscom_socket_t *sock)
 {
     pscom_request_t *req = pscom_request_create(0, 0);
@@ -198,6 +180,17 @@ static pscom_request_t *post_parked_any(pscom_socket_t *sock)
     return req;
 }
 
+/* pscom_close_socket() must fail the socket's posted any-source receive */
+static void close_socket_fails(pscom_socket_t *sock, pscom_request_t *parked)
+{
+    pscom_close_socket(sock);
+    TU_ASSERT_MSG(pscom_req_is_done(parked) && (parked->state & PSCOM_REQ_STATE_ERROR),
+                  "pscom_close_socket did not fail the socket's posted "
+                  "any-source receive (spec 1.2): [%s]",
+                  tu_state_str(parked->state));
+    pscom_request_free(parked);
+}
+
 static int server(tu_ctx_t *ctx)
 {
     check_request_defaults();
@@ -207,7 +200,7 @@ static int server(tu_ctx_t *ctx)
     TU_ASSERT_NOT_NULL(sock);
     pscom_socket_set_name(sock, SRV_NAME);
     sock->ops.con_accept = on_accept;
-    sock->ops.con_error  = on_con_error;
+    sock->ops.con_error  = tu_on_con_error;
 
     TU_ASSERT_OK(pscom_listen(sock, PSCOM_ANYPORT));
     int port = sock->listen_portno;
@@ -269,23 +262,18 @@ static int server(tu_ctx_t *ctx)
     for (int r = 1; r <= NCLIENTS; r++) tu_send_tag(cons[r], TAG_CLOSE);
 
     /* each client closes its socket: EOF per connection */
-    while (nerrs < NCLIENTS) pscom_wait_any();
-    TU_ASSERT_EQ(nerrs, NCLIENTS);
+    while (tu_nerrs < NCLIENTS) pscom_wait_any();
+    TU_ASSERT_EQ(tu_nerrs, NCLIENTS);
     for (int i = 0; i < NCLIENTS; i++) {
         int found = 0;
-        for (int r = 1; r <= NCLIENTS; r++) found += errs[i].con == cons[r];
+        for (int r = 1; r <= NCLIENTS; r++) found += tu_errs[i].con == cons[r];
         TU_ASSERT_EQ(found, 1);
-        TU_ASSERT_EQ(errs[i].op, PSCOM_OP_READ);
-        TU_ASSERT_ERR(errs[i].err, PSCOM_ERR_EOF);
+        TU_ASSERT_EQ(tu_errs[i].op, PSCOM_OP_READ);
+        TU_ASSERT_ERR(tu_errs[i].err, PSCOM_ERR_EOF);
     }
     TU_ASSERT(!pscom_req_is_done(parked));
 
-    pscom_close_socket(sock);
-    TU_ASSERT_MSG(pscom_req_is_done(parked) && (parked->state & PSCOM_REQ_STATE_ERROR),
-                  "pscom_close_socket did not fail the socket's posted "
-                  "any-source receive (spec 1.2): [%s]",
-                  tu_state_str(parked->state));
-    pscom_request_free(parked);
+    close_socket_fails(sock, parked);
     free(want);
     return 0;
 }
@@ -319,12 +307,7 @@ static int client(tu_ctx_t *ctx)
 
     tu_wait_tag(con, NULL, TAG_CLOSE);
     pscom_request_t *parked = post_parked_any(sock);
-    pscom_close_socket(sock);
-    TU_ASSERT_MSG(pscom_req_is_done(parked) && (parked->state & PSCOM_REQ_STATE_ERROR),
-                  "pscom_close_socket did not fail the socket's posted "
-                  "any-source receive (spec 1.2): [%s]",
-                  tu_state_str(parked->state));
-    pscom_request_free(parked);
+    close_socket_fails(sock, parked);
     return 0;
 }
 

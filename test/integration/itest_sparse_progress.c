@@ -56,13 +56,11 @@ static unsigned sparse_until(volatile int *flag, int from)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
     sock->ops.con_accept = on_accept;
     sock->ops.con_error  = on_con_error;
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    tu_check_con_type(cons[1]); /* shm: its poller makes passes busy-polling ones */
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    tu_check_con_type(con); /* shm: its poller makes passes busy-polling ones */
 
     int before = accepts;
     tu_signal(ctx, 1, 1); /* connect once more */

@@ -50,11 +50,8 @@ static const size_t sizes[] = {100000, 1u << 20, (4u << 20) + 3, 16u << 20};
 
 static int unexp_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    pscom_connection_t *con = cons[1];
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
 
     for (unsigned i = 0; i < NSIZES; i++) {
         size_t len         = sizes[i];
@@ -140,16 +137,14 @@ static const struct {
 
 static int hdr_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
     unsigned char *xexp = tu_malloc(XH_MAX), *buf = tu_malloc(100000 + 64);
     pscom_request_t *req = pscom_request_create(XH_MAX, 0);
     for (unsigned i = 0; i < NHDRS; i++) {
         memset(buf, 0xee, 100000 + 64);
         memset((void *)&req->xheader, 0, XH_MAX);
-        req->connection  = cons[1];
+        req->connection  = con;
         req->socket      = sock;
         req->xheader_len = XH_MAX;
         req->data        = buf;
@@ -167,8 +162,8 @@ static int hdr_server(tu_ctx_t *ctx)
     pscom_request_free(req);
     free(xexp);
     free(buf);
-    tu_send_tag(cons[1], TAG_MSG);
-    pscom_close_connection(cons[1]);
+    tu_send_tag(con, TAG_MSG);
+    pscom_close_connection(con);
     pscom_close_socket(sock);
     return 0;
 }
@@ -223,18 +218,16 @@ static unsigned long long sleeps_now(void)
 
 static int busy_server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
     unsigned char *buf = tu_malloc(BUSY_LEN);
     tu_wait_signal(ctx, 1); /* the client's send is posted; no progress here */
     tu_pause_ms(BUSY_DELAY_MS);
-    TU_ASSERT_OK(pscom_recv_from(cons[1], NULL, 0, buf, BUSY_LEN));
+    TU_ASSERT_OK(pscom_recv_from(con, NULL, 0, buf, BUSY_LEN));
     TU_ASSERT_PATTERN(buf, BUSY_LEN, 77);
     free(buf);
-    tu_send_tag(cons[1], TAG_MSG);
-    pscom_close_connection(cons[1]);
+    tu_send_tag(con, TAG_MSG);
+    pscom_close_connection(con);
     pscom_close_socket(sock);
     return 0;
 }

@@ -153,19 +153,6 @@ static void log_check_end(void)
     tu_log_file_remove();
 }
 
-/* A receive on con, for any message (xheader up to 16 bytes). */
-static pscom_request_t *post_recv(pscom_connection_t *con, void *buf, size_t len)
-{
-    pscom_request_t *req = pscom_request_create(16, 0);
-    req->connection      = con;
-    req->socket          = con->socket;
-    req->xheader_len     = 16;
-    req->data            = buf;
-    req->data_len        = len;
-    pscom_post_recv(req);
-    return req;
-}
-
 static void expect_failed(pscom_request_t *req, const char *who)
 {
     pscom_wait(req);
@@ -193,7 +180,7 @@ static int server(tu_ctx_t *ctx)
     tu_wait_signal(ctx, 1);
     static unsigned char buf[DATA_MAX];
     memset(buf, 0xee, sizeof(buf));
-    pscom_request_t *req = post_recv(cons[1], buf, sizeof(buf));
+    pscom_request_t *req = tu_post_recv(cons[1], buf, sizeof(buf), 16);
     expect_failed(req, "server");
     /* nothing delivered in place of a broken MSG (a DATA goes straight
      * into the buffer, and may have arrived in part) */
@@ -242,7 +229,7 @@ static int client(tu_ctx_t *ctx)
 
     /* the server gives up on the connection: so do we */
     unsigned char buf[MSG_LEN];
-    expect_failed(post_recv(con, buf, sizeof(buf)), "client");
+    expect_failed(tu_post_recv(con, buf, sizeof(buf), 16), "client");
     while (failed_con != con)
         pscom_wait_any();
     TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), 1);

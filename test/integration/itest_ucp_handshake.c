@@ -35,7 +35,6 @@
 #include <endian.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,13 +190,6 @@ static int bad_client(tu_ctx_t *ctx)
  * for 10.4 s). Over shared memory UCX wires up without the peer. */
 static int stopped_run; /* ucp_handshake_stopped (set before the roles fork) */
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static int hs_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
@@ -209,10 +201,10 @@ static int hs_server(tu_ctx_t *ctx)
         tu_step("waiting for client 1 to die in the handshake");
         tu_wait_peer_exit_progress(ctx, 1);
     }
-    uint64_t t0 = now_ms();
+    double t0 = tu_now_ms();
     tu_signal(ctx, 2, 1);
     pscom_connection_t *con = tu_wait_tag(NULL, sock, TU_TAG_HELLO);
-    tu_log("client 2's hello %llu ms after client 1 %s", (unsigned long long)(now_ms() - t0),
+    tu_log("client 2's hello %.0f ms after client 1 %s", tu_now_ms() - t0,
            stopped_run ? "stopped" : "died");
     tu_send_tag(con, TU_TAG_WELCOME);
     tu_echo_server(con, 6);

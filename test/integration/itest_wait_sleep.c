@@ -51,16 +51,14 @@ static void blocked_recv(pscom_connection_t *con, uint32_t expect)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    blocked_recv(cons[1], 1); /* the client holds its message back */
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    blocked_recv(con, 1); /* the client holds its message back */
     tu_pause_ms(PAUSE_MS);       /* now the client blocks */
     uint32_t v = 2;
-    pscom_send(cons[1], NULL, 0, &v, sizeof(v));
-    tu_wait_tag(cons[1], NULL, TAG_END);
-    pscom_close_connection(cons[1]);
+    pscom_send(con, NULL, 0, &v, sizeof(v));
+    tu_wait_tag(con, NULL, TAG_END);
+    pscom_close_connection(con);
     pscom_close_socket(sock);
     return 0;
 }

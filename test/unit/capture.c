@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "pscom_env.h"
+
 static char *capture_read_fd(int fd)
 {
     char *text = tu_read_fd(fd);
@@ -66,4 +68,16 @@ char *capture_read_file(const char *path)
     text = capture_read_fd(fileno(f));
     fclose(f);
     return text;
+}
+
+char *capture_env_print(unsigned flags)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+
+    assert_non_null(f);
+    pscom_env_table_list_print(f, flags);
+    fclose(f);
+    return buf;
 }

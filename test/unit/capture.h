@@ -1,6 +1,6 @@
 /*
- * capture.h - unit-test helpers: capture what is written to stderr, and
- * read files back.
+ * capture.h - unit-test helpers: capture what is written to stderr or
+ * printed by the configuration tables, and read files back.
  */
 #ifndef PSCOM_TEST_CAPTURE_H
 #define PSCOM_TEST_CAPTURE_H
@@ -22,6 +22,9 @@ char *capture_read_file(const char *path);
 
 /* A fresh temporary file name in buf (the file exists and is empty). */
 void capture_tmp_path(char *buf, size_t size);
+
+/* What pscom_env_table_list_print(flags) prints (malloc'ed). */
+char *capture_env_print(unsigned flags);
 
 /* tu_count(text, needle): occurrences of needle; tu_read_fd() */
 #include "tu_text.h"

@@ -143,24 +143,12 @@ static void test_config_param_echo(void **state)
     free(out);
 }
 
-static char *print_config(unsigned flags)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-
-    assert_non_null(f);
-    pscom_env_table_list_print(f, flags);
-    fclose(f);
-    return buf;
-}
-
 static void test_config_print(void **state)
 {
     char *out;
 
     pscom_config_init();
-    out = print_config(0);
+    out = capture_env_print(0);
     assert_non_null(strstr(out, "##\n### pscom\nPSP_DEBUG=1\n"));
     assert_non_null(strstr(out, "PSP_RENDEZVOUS=inf\n"));
     assert_non_null(strstr(out, "PSP_NETWORK=\n"));
@@ -173,7 +161,7 @@ static void test_config_print(void **state)
     assert_int_equal(tu_count(out, "### "), 4);
     free(out);
 
-    out = print_config(PSCOM_ENV_PRINT_HIDDEN | PSCOM_ENV_PRINT_DOC);
+    out = capture_env_print(PSCOM_ENV_PRINT_HIDDEN | PSCOM_ENV_PRINT_DOC);
     assert_non_null(strstr(out, "PSP_SKIPBLOCKSIZE=8192\n"));
     assert_non_null(strstr(out, "PSP_INFO=\n"));
     assert_non_null(strstr(out, "# default: 262144\nPSP_TCP_BACKLOG=262144\n"));

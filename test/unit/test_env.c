@@ -342,18 +342,6 @@ static void test_table_echo(void **state)
     free(out);
 }
 
-static char *print_tables(unsigned flags)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-
-    assert_non_null(f);
-    pscom_env_table_list_print(f, flags);
-    fclose(f);
-    return buf;
-}
-
 static void test_table_print(void **state)
 {
     char *out;
@@ -363,7 +351,7 @@ static void test_table_print(void **state)
     pscom_env_table_register_and_parse(&other_table);
     pscom_env_table_register_and_parse(&test_table); /* listed once */
 
-    out = print_tables(0);
+    out = capture_env_print(0);
     assert_string_equal(out, "##\n### utest\n"
                              "PSP_UTA_COUNT=3\n"
                              "PSP_UTA_LIMIT=inf\n"
@@ -376,11 +364,11 @@ static void test_table_print(void **state)
                              "PSP_UTEST_PLAIN=1\n");
     free(out);
 
-    out = print_tables(PSCOM_ENV_PRINT_HIDDEN);
+    out = capture_env_print(PSCOM_ENV_PRINT_HIDDEN);
     assert_non_null(strstr(out, "PSP_UTA_UTEST_THRESHOLD=100\nPSP_UTA_SECRET=7\n"));
     free(out);
 
-    out = print_tables(PSCOM_ENV_PRINT_DOC);
+    out = capture_env_print(PSCOM_ENV_PRINT_DOC);
     assert_null(strstr(out, "SECRET"));
     assert_non_null(strstr(out, "##\n### utest\n# a counter\n# default: 3\nPSP_UTA_COUNT=3\n"));
     assert_non_null(strstr(out, "# a name\n# default: (unset)\nPSP_UTA_NAME=nm\n"));
@@ -392,7 +380,7 @@ static void test_table_print(void **state)
     free(out);
 
     pscom_env_table_list_clear();
-    out = print_tables(PSCOM_ENV_PRINT_DOC | PSCOM_ENV_PRINT_HIDDEN);
+    out = capture_env_print(PSCOM_ENV_PRINT_DOC | PSCOM_ENV_PRINT_HIDDEN);
     assert_string_equal(out, "");
     free(out);
 }

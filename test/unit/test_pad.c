@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "capture.h"
+#include "con_fixture.h"
 #include "pscom.h"
 #include "pscom_con.h"
 #include "pscom_plugin.h"
@@ -65,19 +66,11 @@ typedef struct fixture {
 
 static int setup(void **state)
 {
-    fixture_t *f = calloc(1, sizeof(*f));
-    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
-    f->socket = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
-    assert_non_null(f->socket);
-    pscom_sock_t *sock = pscom_sock_from_pub(f->socket);
-    f->tx              = pscom_con_create(sock);
-    f->rx              = pscom_con_create(sock);
-    f->tx->user_closed = f->rx->user_closed = 0;
-    f->tx->transport                        = &stream_desc;
-    f->rx->transport                        = &plain_desc;
+    fixture_t *f     = calloc(1, sizeof(*f));
+    f->socket        = con_fixture_open(&f->tx, &f->rx);
+    f->tx->transport = &stream_desc;
+    f->rx->transport = &plain_desc;
     f->tx->pub.state = f->rx->pub.state = PSCOM_CON_STATE_RW;
-    pscom_con_list(f->tx);
-    pscom_con_list(f->rx);
     *state = f;
     return 0;
 }

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "con_fixture.h"
 #include "pscom.h"
 #include "pscom_con.h"
 #include "pscom_core.h"
@@ -34,16 +35,8 @@ typedef struct fixture {
 static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof(*f));
-    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
-    f->socket = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
-    assert_non_null(f->socket);
-    pscom_sock_t *sock = pscom_sock_from_pub(f->socket);
-    f->con1            = pscom_con_create(sock);
-    f->con2            = pscom_con_create(sock);
-    f->con1->user_closed = f->con2->user_closed = 0;
-    pscom_con_list(f->con1);
-    pscom_con_list(f->con2);
-    *state = f;
+    f->socket    = con_fixture_open(&f->con1, &f->con2);
+    *state       = f;
     return 0;
 }
 

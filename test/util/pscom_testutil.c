@@ -5,8 +5,12 @@
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -112,6 +116,93 @@ void tu_pause_ms(unsigned ms)
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) < 0) {
     }
+}
+
+double tu_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+int tu_count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    TU_ASSERT_NOT_NULL(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}
+
+size_t tu_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    TU_ASSERT_NOT_NULL(f);
+    unsigned long size = 0, res = 0;
+    TU_ASSERT_EQ(fscanf(f, "%lu %lu", &size, &res), 2);
+    fclose(f);
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+long tu_heap_bytes(void)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 mi = mallinfo2();
+    return (long)(mi.uordblks + mi.hblkhd);
+#else
+    return 0;
+#endif
+}
+
+int tu_tcp_socket(uint32_t addr, int backlog, int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    TU_ASSERT_GE(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(addr)};
+    TU_ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    if (backlog > 0) TU_ASSERT_EQ(listen(fd, backlog), 0);
+    socklen_t len = sizeof(sa);
+    TU_ASSERT_EQ(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* ------------------------------------------------------------------ */
+/* stderr capture                                                     */
+/* ------------------------------------------------------------------ */
+
+static int capture_saved_fd = -1;
+static FILE *capture_file;
+
+void tu_capture_begin(void)
+{
+    TU_ASSERT_NULL(capture_file);
+    fflush(stderr);
+    capture_file = tmpfile();
+    TU_ASSERT_NOT_NULL(capture_file);
+    capture_saved_fd = dup(2);
+    TU_ASSERT_GE(capture_saved_fd, 0);
+    TU_ASSERT_GE(dup2(fileno(capture_file), 2), 0);
+}
+
+char *tu_capture_end(void)
+{
+    TU_ASSERT_NOT_NULL(capture_file);
+    fflush(stderr);
+    dup2(capture_saved_fd, 2);
+    close(capture_saved_fd);
+    capture_saved_fd = -1;
+    long len         = ftell(capture_file);
+    char *buf        = tu_malloc((size_t)len + 1);
+    rewind(capture_file);
+    size_t n = fread(buf, 1, (size_t)len, capture_file);
+    buf[n]   = 0;
+    fclose(capture_file);
+    capture_file = NULL;
+    fprintf(stderr, "%s[captured library output:]\n%s[end]\n", tu_who(), buf);
+    return buf;
 }
 
 /* ------------------------------------------------------------------ */
@@ -565,10 +656,15 @@ uint32_t tu_wait_signal_progress(tu_ctx_t *ctx, int peer)
     int fd = tu_ctl_fd(ctx, peer);
     for (;;) {
         struct pollfd pfd = {fd, POLLIN, 0};
-        int n             = poll(&pfd, 1, 1);
+        int n             = poll(&pfd, 1, 0);
         if (n < 0 && errno != EINTR) TU_FAIL("poll: %s", strerror(errno));
         if (n > 0) return tu_wait_signal(ctx, peer);
-        pscom_test_any();
+        if (!pscom_test_any()) {
+            /* nothing to do: idle up to 1 ms, or until the signal comes */
+            pfd.revents = 0;
+            n           = poll(&pfd, 1, 1);
+            if (n < 0 && errno != EINTR) TU_FAIL("poll: %s", strerror(errno));
+        }
     }
 }
 
@@ -743,6 +839,47 @@ void tu_server_accept_all(tu_ctx_t *ctx, pscom_socket_t *sock,
     }
 }
 
+pscom_connection_t *tu_server_accept_one(tu_ctx_t *ctx, pscom_socket_t *sock)
+{
+    pscom_connection_t *cons[2];
+    TU_ASSERT_EQ(ctx->nclients, 1);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    return cons[1];
+}
+
+pscom_request_t *tu_post_recv(pscom_connection_t *con, void *data, size_t data_len,
+                              size_t xheader_len)
+{
+    pscom_request_t *req = pscom_request_create(xheader_len, 0);
+    TU_ASSERT_NOT_NULL(req);
+    req->connection  = con;
+    req->socket      = con->socket;
+    req->data        = data;
+    req->data_len    = data_len;
+    req->xheader_len = xheader_len;
+    pscom_post_recv(req);
+    return req;
+}
+
+void tu_send_pattern(pscom_connection_t *con, uint32_t seed, size_t len)
+{
+    unsigned char *buf = tu_malloc(len);
+    tu_fill(buf, len, seed);
+    pscom_send(con, &seed, sizeof(seed), buf, len);
+    free(buf);
+}
+
+void tu_recv_pattern(pscom_connection_t *con, uint32_t seed, size_t len)
+{
+    unsigned char *buf = tu_malloc(len);
+    uint32_t xh        = 0;
+    TU_ASSERT_OK(pscom_recv(con, NULL, &xh, sizeof(xh), buf, len));
+    TU_ASSERT_EQ(xh, seed);
+    TU_ASSERT_PATTERN(buf, len, seed);
+    free(buf);
+}
+
 void tu_send_tag(pscom_connection_t *con, uint32_t tag)
 {
     pscom_send(con, &tag, sizeof(tag), NULL, 0);
@@ -795,6 +932,27 @@ void tu_echo_client(pscom_connection_t *con, uint32_t seed)
     TU_ASSERT_PATTERN(buf, sizeof(buf), seed);
     tu_send_tag(con, TU_TAG_DONE);
     pscom_close_connection(con);
+}
+
+tu_err_rec_t tu_errs[TU_ERRS_MAX];
+volatile int tu_nerrs;
+
+void tu_on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    if (tu_nerrs < TU_ERRS_MAX) {
+        tu_errs[tu_nerrs].con = con;
+        tu_errs[tu_nerrs].op  = op;
+        tu_errs[tu_nerrs].err = err;
+    }
+    tu_nerrs++;
+}
+
+const tu_err_rec_t *tu_error_of(pscom_connection_t *con)
+{
+    for (int i = 0; i < tu_nerrs && i < TU_ERRS_MAX; i++) {
+        if (tu_errs[i].con == con) return &tu_errs[i];
+    }
+    return NULL;
 }
 
 void tu_wait_flag(volatile int *flag)

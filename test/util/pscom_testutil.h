@@ -199,6 +199,30 @@ void *tu_malloc(size_t size); /* asserts success */
 /* Stay away from pscom for ms milliseconds, to create an idle period for
  * the peer (never to order events: that is what the control channel is for). */
 void tu_pause_ms(unsigned ms);
+/* Milliseconds on the monotonic clock (to measure how long something took). */
+double tu_now_ms(void);
+/* Descriptors this process has open now (/proc/self/fd). */
+int tu_count_fds(void);
+/* Resident set size of this process (/proc/self/statm), in bytes. */
+size_t tu_rss_bytes(void);
+/* Heap in use (mallinfo2: allocated chunks and mmap'ed blocks), in bytes;
+ * 0 where the C library cannot tell (glibc before 2.33). */
+long tu_heap_bytes(void);
+
+/* A plain TCP socket bound to addr (INADDR_LOOPBACK, INADDR_ANY: host
+ * byte order) and a free port (*port); listening if backlog > 0, else
+ * bound only (connects to it are refused). */
+int tu_tcp_socket(uint32_t addr, int backlog, int *port);
+
+/* ------------------------------------------------------------------ */
+/* What the library prints to stderr                                  */
+/* ------------------------------------------------------------------ */
+
+/* Redirect fd 2 into a temporary file (captures do not nest). */
+void tu_capture_begin(void);
+/* Restore stderr; returns what was written meanwhile (malloc'ed) and
+ * echoes it to the real stderr, for the test's own log. */
+char *tu_capture_end(void);
 
 /* ------------------------------------------------------------------ */
 /* pscom's log of each process, in a file of its own                  */
@@ -223,7 +247,8 @@ void tu_signal(tu_ctx_t *ctx, int peer, uint32_t value);
 /* Block until `peer` sends a value; fails if the peer is gone. */
 uint32_t tu_wait_signal(tu_ctx_t *ctx, int peer);
 /* Like tu_wait_signal(), but keeps pscom progressing while waiting (for
- * when the peer needs something from us first, e.g. a queued send). */
+ * when the peer needs something from us first, e.g. a queued send): at
+ * full speed while there is work, idling up to 1 ms per pass while not. */
 uint32_t tu_wait_signal_progress(tu_ctx_t *ctx, int peer);
 /* Block until the peer's control channel reaches EOF (peer exited). */
 void tu_wait_peer_exit(tu_ctx_t *ctx, int peer);
@@ -252,8 +277,22 @@ pscom_connection_t *tu_client_connect(tu_ctx_t *ctx, pscom_socket_t *sock);
  * cons must have nclients+1 slots. */
 void tu_server_accept_all(tu_ctx_t *ctx, pscom_socket_t *sock,
                           pscom_connection_t **cons);
+/* Server of a run with one client: tu_server_listen() and
+ * tu_server_accept_all(); returns the client's connection. */
+pscom_connection_t *tu_server_accept_one(tu_ctx_t *ctx, pscom_socket_t *sock);
+/* Post a receive on con (and its socket) for up to data_len bytes into
+ * data and an xheader of xheader_len bytes; returns the request. */
+pscom_request_t *tu_post_recv(pscom_connection_t *con, void *data, size_t data_len,
+                              size_t xheader_len);
 /* Assert the connection type against PSCOM_TEST_CONTYPE (if set). */
 void tu_check_con_type(pscom_connection_t *con);
+
+/* A message of len bytes of pattern seed, its 4-byte xheader seed
+ * (pscom_send(): the data is copied). */
+void tu_send_pattern(pscom_connection_t *con, uint32_t seed, size_t len);
+/* Receive the next message of con (pscom_recv()): the xheader must be
+ * seed, the data len bytes of pattern seed. */
+void tu_recv_pattern(pscom_connection_t *con, uint32_t seed, size_t len);
 
 /* Tagged zero-data messages ("fences"): the xheader is the 4-byte tag. */
 #define TU_TAG_HELLO   0xF00DBEEFu
@@ -280,6 +319,20 @@ uint32_t tu_header_tag(const pscom_header_net_t *header_net);
 /* recv_accept that never accepts (parked receives, spec 5.3 flow control) */
 int tu_accept_none(pscom_request_t *req, pscom_connection_t *con,
                    pscom_header_net_t *header_net);
+
+/* A con_error recorder: set sock->ops.con_error = tu_on_con_error. Every
+ * call counts in tu_nerrs; the first TU_ERRS_MAX are kept in tu_errs. */
+#define TU_ERRS_MAX 16
+typedef struct tu_err_rec {
+    pscom_connection_t *con;
+    pscom_op_t op;
+    pscom_err_t err;
+} tu_err_rec_t;
+extern tu_err_rec_t tu_errs[TU_ERRS_MAX];
+extern volatile int tu_nerrs;
+void tu_on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err);
+/* The first recorded error of con, or NULL. */
+const tu_err_rec_t *tu_error_of(pscom_connection_t *con);
 
 /* Wait (pscom_wait_any) until *flag != 0. */
 void tu_wait_flag(volatile int *flag);

@@ -1,0 +1,27 @@
+/*
+ * con_fixture.c - see con_fixture.h.
+ */
+#include "con_fixture.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "pscom_sock.h"
+
+pscom_socket_t *con_fixture_open(pscom_con_t **a, pscom_con_t **b)
+{
+    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
+    pscom_socket_t *socket = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
+    assert_non_null(socket);
+    pscom_sock_t *sock = pscom_sock_from_pub(socket);
+    *a                 = pscom_con_create(sock);
+    *b                 = pscom_con_create(sock);
+    (*a)->user_closed = (*b)->user_closed = 0;
+    pscom_con_list(*a);
+    pscom_con_list(*b);
+    return socket;
+}
