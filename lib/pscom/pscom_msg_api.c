@@ -48,6 +48,24 @@ static void send_copy_done(pscom_request_t *request)
     pscom_request_free(request);
 }
 
+/* An internal request (pscom_send, pscom_send_inplace) with a copy of the
+ * xheader: filled in and sent; io_done frees it. */
+static void send_internal(pscom_req_t *req, pscom_connection_t *connection, const void *xheader,
+                          size_t xheader_len, void *data, size_t data_len,
+                          void (*io_done)(pscom_request_t *request))
+{
+    pscom_request_t *r = &req->pub;
+    req->flags |= PSCOM_REQF_INTERNAL;
+    if (xheader_len) memcpy(&r->xheader, xheader, xheader_len);
+    r->connection  = connection;
+    r->data        = data;
+    r->data_len    = data_len;
+    r->xheader_len = xheader_len;
+    r->ops.io_done = io_done;
+    r->state       = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    send_user(req);
+}
+
 PSCOM_API void pscom_send(pscom_connection_t *connection, void *xheader, size_t xheader_len,
                           void *data, size_t data_len)
 {
@@ -55,20 +73,11 @@ PSCOM_API void pscom_send(pscom_connection_t *connection, void *xheader, size_t 
     pscom_req_t *req = pscom_req_create(xheader_len, data_len);
     if (!req) {
         plog_err("pscom_send: out of memory for %zu bytes", xheader_len + data_len);
-        goto out;
+    } else {
+        if (data_len) memcpy(req->pub.user, data, data_len);
+        send_internal(req, connection, xheader, xheader_len, req->pub.user, data_len,
+                      send_copy_done);
     }
-    pscom_request_t *r = &req->pub;
-    req->flags |= PSCOM_REQF_INTERNAL;
-    if (xheader_len) memcpy(&r->xheader, xheader, xheader_len);
-    if (data_len) memcpy(r->user, data, data_len);
-    r->connection  = connection;
-    r->data        = r->user;
-    r->data_len    = data_len;
-    r->xheader_len = xheader_len;
-    r->ops.io_done = send_copy_done;
-    r->state       = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
-    send_user(req);
-out:
     pscom_unlock();
 }
 
@@ -93,22 +102,12 @@ PSCOM_API void pscom_send_inplace(pscom_connection_t *connection, void *xheader,
     pscom_req_t *req = pscom_req_create(xheader_len, sizeof(inplace_t));
     if (!req) {
         plog_err("pscom_send_inplace: out of memory");
-        goto out;
+    } else {
+        inplace_t *ip = (inplace_t *)req->pub.user;
+        ip->io_done   = io_done;
+        ip->priv      = priv;
+        send_internal(req, connection, xheader, xheader_len, data, data_len, send_inplace_done);
     }
-    pscom_request_t *r = &req->pub;
-    inplace_t *ip      = (inplace_t *)r->user;
-    ip->io_done        = io_done;
-    ip->priv           = priv;
-    req->flags |= PSCOM_REQF_INTERNAL;
-    if (xheader_len) memcpy(&r->xheader, xheader, xheader_len);
-    r->connection  = connection;
-    r->data        = data;
-    r->data_len    = data_len;
-    r->xheader_len = xheader_len;
-    r->ops.io_done = send_inplace_done;
-    r->state       = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
-    send_user(req);
-out:
     pscom_unlock();
 }
 

@@ -50,6 +50,15 @@ void pscom_req_free(pscom_req_t *req)
     free(req);
 }
 
+void pscom_req_fail_all(pscom_list_t *q)
+{
+    while (!pscom_list_empty(q)) {
+        pscom_req_t *req = pscom_list_entry(q->next, pscom_req_t, next);
+        pscom_list_del(&req->next);
+        pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
+    }
+}
+
 PSCOM_PLUGIN_API uint64_t pscom_req_completions; /* plugin SDK, pscom_plugin.h */
 
 /* Called with the lock held; returns with it held. io_done runs unlocked. */

@@ -739,10 +739,5 @@ int pscom_rma_recv(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **reqp)
 
 void pscom_rma_fail_con(pscom_con_t *con)
 {
-    pscom_list_t *pos, *tmp;
-    pscom_list_for_each_safe(pos, tmp, &con->rma_pending) {
-        pscom_req_t *req = pscom_list_entry(pos, pscom_req_t, next);
-        pscom_list_del(&req->next);
-        pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
-    }
+    pscom_req_fail_all(&con->rma_pending);
 }

@@ -181,6 +181,18 @@ static inline void rxbuf_keep(ucp_con_t *uc, ucp_req_t *r)
     }
 }
 
+/* The receive r, just posted into the connection's buffer, takes that
+ * buffer with it (close may come first) and is the one in flight. */
+static inline void rxbuf_lend(ucp_con_t *uc, ucp_req_t *r, size_t len, unsigned kind)
+{
+    r->buf        = uc->rxbuf;
+    r->len        = len;
+    r->slot       = kind;
+    uc->rxbuf     = NULL;
+    uc->rxbuf_cap = 0;
+    uc->rx_req    = r;
+}
+
 /* After a delivery outside ucp_rx_pump: pre-post the next receive at the
  * start of the poller's next pass, or let the pump take the stash. */
 static inline void rx_next_later(ucp_con_t *uc)
@@ -405,12 +417,7 @@ static int post_msg(ucp_con_t *uc, ucp_tag_message_h msg, size_t len, unsigned k
         /* the buffer goes with the request: close may come first */
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_RECV, uc->id);
-        r->buf        = uc->rxbuf;
-        r->len        = len;
-        r->slot       = kind;
-        uc->rxbuf     = NULL;
-        uc->rxbuf_cap = 0;
-        uc->rx_req    = r;
+        rxbuf_lend(uc, r, len, kind);
         ucp_g.rx_inflight++;
         ucp_wake();
         return 0;
@@ -491,12 +498,7 @@ static int rx_prepost(ucp_con_t *uc)
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_PREPOST, uc->id);
         ucp_g.preposts++;
-        r->buf        = uc->rxbuf;
-        r->len        = UCP_MSG_MAX;
-        r->slot       = UCPT_MSG;
-        uc->rxbuf     = NULL;
-        uc->rxbuf_cap = 0;
-        uc->rx_req    = r;
+        rxbuf_lend(uc, r, UCP_MSG_MAX, UCPT_MSG);
         return 1;
     }
     if (UCS_PTR_STATUS(st) != UCS_OK) {
