@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +31,18 @@ static uint32_t rnd(uint32_t *s)
 {
     *s = *s * 1103515245u + 12345u;
     return *s >> 8;
+}
+
+/* One turn of a busy wait for the other process. Every 256th gives the cpu
+ * away: with more runnable processes than cpus (tests in parallel) the
+ * other one may be waiting for ours, and a pure spin then costs a whole
+ * time slice per hand-over (this test took more than 60 s instead of 3). */
+static void spin(unsigned *spins)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (!(++*spins % 256)) sched_yield();
 }
 
 /* ---- ring ---------------------------------------------------------------------- */
@@ -60,8 +73,8 @@ static void ring_test(void)
         for (uint32_t i = 0; i < PACKETS; i++) {
             uint32_t len = next_len(&s, maxp);
             shm_pkt_t *p;
-            while (!(p = shm_ring_reserve(&tx, len))) {
-            }
+            unsigned spins = 0;
+            while (!(p = shm_ring_reserve(&tx, len))) spin(&spins);
             unsigned char *d = shm_pkt_payload(p);
             for (uint32_t k = 0; k < len; k++) d[k] = (unsigned char)(i + k * 13);
             shm_ring_publish(&tx, p, len, i % 3 ? SHM_PKT_DATA : SHM_PKT_ACK, i & 0xffff,
@@ -74,8 +87,8 @@ static void ring_test(void)
     for (uint32_t i = 0; i < PACKETS; i++) {
         uint32_t len = next_len(&s, maxp);
         shm_pkt_t *p;
-        while (!(p = shm_ring_peek(&rx))) {
-        }
+        unsigned spins = 0;
+        while (!(p = shm_ring_peek(&rx))) spin(&spins);
         TU_ASSERT_EQ(p->len, len);
         TU_ASSERT_EQ(shm_pkt_head_len(p), i & 0xffff);
         TU_ASSERT_EQ(shm_pkt_gap(p), i % SHM_CL);
@@ -125,10 +138,10 @@ static int job_round(ctl_t *ctl, unsigned char *src, int refuse)
         uint64_t lo = (uint64_t)(uintptr_t)src;
         uint64_t hi = lo + (refuse ? JOB_LEN / 2 : JOB_LEN);
         /* like the plugin: no more help after a failure */
-        while (!ctl->stop && shm_job_help(&ctl->job, receiver, 1u << 20, lo, hi) >= 0) {
-        }
-        while (!ctl->stop) {
-        }
+        unsigned spins = 0;
+        while (!ctl->stop && shm_job_help(&ctl->job, receiver, 1u << 20, lo, hi) >= 0)
+            spin(&spins);
+        while (!ctl->stop) spin(&spins);
         _exit(0);
     }
     unsigned char *dst = calloc(1, JOB_LEN);
