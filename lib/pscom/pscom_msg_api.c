@@ -26,7 +26,7 @@ static void send_user(pscom_req_t *req)
     pscom_con_post_send(pscom_con_from_pub(req->pub.connection), req, PSCOM_MSGTYPE_USER);
 }
 
-PSCOM_API void pscom_post_send(pscom_request_t *request)
+PSCOM_API __attribute__((flatten)) void pscom_post_send(pscom_request_t *request)
 {
     assert(request->state & PSCOM_REQ_STATE_DONE);
     assert(request->connection);
