@@ -33,6 +33,11 @@
 #define FD_CLOCK_EVERY 16
 /* An idle blocking wait reads the clock every CLOCK_EVERY passes. */
 #define CLOCK_EVERY 16
+/* ... and offers the cpu every YIELD_EVERY_US while it spins: a peer that
+ * shares our cpu (more processes than cpus) cannot move before that. With
+ * nothing else to run, sched_yield() returns at once (a system call per
+ * 20 us of waiting); a short wait (a ping-pong's) never gets there. */
+#define YIELD_EVERY_US 20
 
 static int epfd = -1;
 
@@ -348,7 +353,7 @@ static inline void cpu_relax(void)
 
 void pscom_wait_until(int (*done)(void *arg), void *arg)
 {
-    uint64_t idle_since = 0;
+    uint64_t idle_since = 0, next_yield = YIELD_EVERY_US;
     unsigned idle_passes = 0;
     if (done(arg)) return;
     for (;;) {
@@ -361,6 +366,7 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
             if (done(arg)) return;
             idle_since  = 0;
             idle_passes = 0;
+            next_yield  = YIELD_EVERY_US;
             continue;
         }
         /* nothing progressed, so done(arg) did not change (what completes
@@ -377,6 +383,10 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
         uint64_t now = pscom_time_us();
         if (!idle_since) idle_since = now;
         uint64_t idle = now - idle_since;
+        if (idle >= next_yield) {
+            sched_yield();
+            next_yield = idle + YIELD_EVERY_US;
+        }
         if (idle < pscom_config.wait_spin_us) continue;
         /* ... longer while a polled transport has work in flight that only
          * its polling moves on */

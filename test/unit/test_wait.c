@@ -4,10 +4,16 @@
  * transport reports operations in flight (pscom_poller_t.busy): then it
  * keeps polling, for at most PSCOM_WAIT_BUSY_FACTOR times the spin time.
  *
+ * While it spins it offers the cpu (sched_yield()) every 20 us of idle
+ * time, for a peer that may share the cpu; a wait that ends at once never
+ * does.
+ *
  * The polled transport here is a fake whose one operation completes once a
  * given time has passed on the clock: the waits below take that long by
  * construction, nothing is synchronised by it. What is checked is whether
- * the wait napped (pscom.stats.sleeps), never a duration.
+ * the wait napped (pscom.stats.sleeps) and whether it yielded (counted by
+ * the sched_yield() below, which takes the place of libc's), never a
+ * duration.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +21,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <sched.h>
 
 #include "pscom.h"
 #include "pscom_config.h"
@@ -41,6 +48,14 @@ static int fake_busy_fn(pscom_poller_t *poller)
 {
     busy_calls++;
     return fake_busy && !op_done;
+}
+
+/* counts the calls (there is nothing else to run here) */
+static unsigned yields;
+int sched_yield(void)
+{
+    yields++;
+    return 0;
 }
 
 static int is_done(void *arg)
@@ -72,6 +87,7 @@ static uint64_t wait_op(unsigned spin_us, unsigned op_ms, int busy, int has_busy
     poller.busy               = has_busy_fn ? fake_busy_fn : NULL;
     fake_busy                 = busy;
     busy_calls                = 0;
+    yields                    = 0;
     op_done                   = 0;
     done_at_us                = pscom_time_us() + (uint64_t)op_ms * 1000u;
     pscom_poller_add(&poller);
@@ -99,6 +115,16 @@ static void test_busy_polls(void **state)
     assert_true(busy_calls >= 1);
 }
 
+/* A wait of 5 ms spins 1 ms before its first nap: it yields meanwhile.
+ * One whose operation is done at the first pass does not. */
+static void test_spin_yields(void **state)
+{
+    wait_op(1000, 5, 0, 1);
+    assert_true(yields >= 1);
+    wait_op(1000, 0, 0, 1);
+    assert_int_equal(yields, 0);
+}
+
 /* Busy, but for longer than the bound (100 x 100 us = 10 ms): it naps
  * after all, so a peer that never answers does not cost a core forever. */
 static void test_busy_bounded(void **state)
@@ -119,6 +145,7 @@ int main(void)
         cmocka_unit_test(test_busy_polls),
         cmocka_unit_test(test_busy_bounded),
         cmocka_unit_test(test_busy_spin0),
+        cmocka_unit_test(test_spin_yields),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
