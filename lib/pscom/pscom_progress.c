@@ -351,6 +351,15 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* Offer the cpu; in threaded mode also the lock, for the application's
+ * other threads. */
+static void offer_cpu(void)
+{
+    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+    sched_yield();
+    if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
+}
+
 void pscom_wait_until(int (*done)(void *arg), void *arg)
 {
     uint64_t idle_since = 0, next_yield = YIELD_EVERY_US;
@@ -384,8 +393,10 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
         if (!idle_since) idle_since = now;
         uint64_t idle = now - idle_since;
         if (idle >= next_yield) {
-            sched_yield();
+            offer_cpu();
             next_yield = idle + YIELD_EVERY_US;
+            /* another thread may have completed it meanwhile */
+            if (pscom.threaded && done(arg)) return;
         }
         if (idle < pscom_config.wait_spin_us) continue;
         /* ... longer while a polled transport has work in flight that only
