@@ -41,18 +41,6 @@ static pscom_request_t *make_send(pscom_connection_t *con, void *data, size_t le
     return req;
 }
 
-static pscom_request_t *make_recv(pscom_connection_t *con, void *buf, size_t len)
-{
-    pscom_request_t *req = pscom_request_create(MAX_XH, 0);
-    TU_ASSERT_NOT_NULL(req);
-    req->connection  = con;
-    req->socket      = con->socket;
-    req->data        = buf;
-    req->data_len    = len;
-    req->xheader_len = MAX_XH;
-    return req;
-}
-
 static void check_recv(pscom_request_t *req, pscom_connection_t *con,
                        const void *buf, size_t len, size_t xlen, uint32_t seed)
 {
@@ -71,7 +59,7 @@ static void exchange(pscom_connection_t *con, size_t len, size_t xlen,
     unsigned char *sbuf  = (unsigned char *)tu_malloc(len);
     unsigned char *rbuf  = (unsigned char *)tu_malloc(len);
     pscom_request_t *s   = make_send(con, sbuf, len, xlen, seed);
-    pscom_request_t *r   = make_recv(con, rbuf, len);
+    pscom_request_t *r   = tu_make_recv(con, rbuf, len, MAX_XH);
     if (recv_first) {
         pscom_post_recv(r);
         TU_ASSERT(!pscom_req_is_done(r));
@@ -176,7 +164,7 @@ static int server(tu_ctx_t *ctx)
     /* a message sent on con2 is not received on con */
     {
         unsigned char b1[16], b2[16];
-        pscom_request_t *r1 = make_recv(con, b1, sizeof(b1));
+        pscom_request_t *r1 = tu_make_recv(con, b1, sizeof(b1), MAX_XH);
         pscom_post_recv(r1);
         exchange(con2, 16, 8, 99, 1);
         exchange(con3, 10, 4, 98, 0);

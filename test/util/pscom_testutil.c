@@ -848,7 +848,7 @@ pscom_connection_t *tu_server_accept_one(tu_ctx_t *ctx, pscom_socket_t *sock)
     return cons[1];
 }
 
-pscom_request_t *tu_post_recv(pscom_connection_t *con, void *data, size_t data_len,
+pscom_request_t *tu_make_recv(pscom_connection_t *con, void *data, size_t data_len,
                               size_t xheader_len)
 {
     pscom_request_t *req = pscom_request_create(xheader_len, 0);
@@ -858,6 +858,13 @@ pscom_request_t *tu_post_recv(pscom_connection_t *con, void *data, size_t data_l
     req->data        = data;
     req->data_len    = data_len;
     req->xheader_len = xheader_len;
+    return req;
+}
+
+pscom_request_t *tu_post_recv(pscom_connection_t *con, void *data, size_t data_len,
+                              size_t xheader_len)
+{
+    pscom_request_t *req = tu_make_recv(con, data, data_len, xheader_len);
     pscom_post_recv(req);
     return req;
 }

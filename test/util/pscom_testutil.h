@@ -280,8 +280,11 @@ void tu_server_accept_all(tu_ctx_t *ctx, pscom_socket_t *sock,
 /* Server of a run with one client: tu_server_listen() and
  * tu_server_accept_all(); returns the client's connection. */
 pscom_connection_t *tu_server_accept_one(tu_ctx_t *ctx, pscom_socket_t *sock);
-/* Post a receive on con (and its socket) for up to data_len bytes into
- * data and an xheader of xheader_len bytes; returns the request. */
+/* A receive request on con (and its socket) for up to data_len bytes into
+ * data and an xheader of xheader_len bytes, not posted yet. */
+pscom_request_t *tu_make_recv(pscom_connection_t *con, void *data, size_t data_len,
+                              size_t xheader_len);
+/* The same, posted; returns the request. */
 pscom_request_t *tu_post_recv(pscom_connection_t *con, void *data, size_t data_len,
                               size_t xheader_len);
 /* Assert the connection type against PSCOM_TEST_CONTYPE (if set). */
