@@ -348,4 +348,3 @@ void pscom_recv_fail_global(void)
 {
     fail_matching(&pscom.recvq_any_global, NULL);
 }
-
