@@ -20,6 +20,14 @@
  *    message intact, its other pending receive completes with ERROR,
  *    con_error(OP_READ, ERR_EOF) is called; the server's con_error is not
  *    called for the connection it closed itself.
+ * A stalled sender (peer_close_stalled, one client):
+ *  - the server closes the connection while the payload of its posted
+ *    receive (32 MiB) is arriving from a client that has stopped
+ *    progressing (it waits on the control channel, no pscom call): the
+ *    receive stays pending; when the client goes on, it gets the whole
+ *    message, successful, and nothing is written into its buffer after it
+ *    completed. Over ucp the payload comes in eager fragments
+ *    (UCX_RNDV_THRESH=inf), which UCX writes straight into the buffer.
  */
 #include "pscom_testutil.h"
 
@@ -243,7 +251,68 @@ static int server(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- a stalled sender ---------------------------------------------------------- */
+
+#define STALL_LEN (32u << 20) /* more than the kernel buffers a tcp connection */
+
+static int stall_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    unsigned char *buf      = tu_malloc(STALL_LEN);
+    unsigned char *ref      = tu_malloc(STALL_LEN);
+    tu_fill(ref, STALL_LEN, 5);
+    memset(buf, 0xee, STALL_LEN);
+    pscom_request_t *req = pscom_request_create(0, 0);
+    pscom_req_prepare(req, con, buf, STALL_LEN, NULL, 0);
+    pscom_post_recv(req);
+    tu_signal(ctx, 1, 1);
+    tu_wait_signal(ctx, 1); /* the send is posted; the client stops progressing */
+    /* the message is matched: its payload is on its way (or waits for the
+     * sender, as a rendezvous over shm does) */
+    while (!(req->state & PSCOM_REQ_STATE_IO_STARTED)) pscom_test_any();
+    pscom_close_connection(con);
+    TU_ASSERT(!pscom_req_is_done(req)); /* the rest is still with the sender */
+    tu_signal(ctx, 1, 2);               /* the client goes on */
+    pscom_wait(req);
+    TU_ASSERT_SUCCESSFUL(req);
+    TU_ASSERT_EQ(req->header.data_len, STALL_LEN);
+    TU_ASSERT(memcmp(buf, ref, STALL_LEN) == 0);
+    memset(buf, 0x55, STALL_LEN);
+    tu_wait_signal_progress(ctx, 1); /* the client's send is done */
+    TU_ASSERT_BYTES(buf, STALL_LEN, 0x55);
+    pscom_request_free(req);
+    free(ref);
+    free(buf);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int stall_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    unsigned char *buf      = tu_malloc(STALL_LEN);
+    tu_fill(buf, STALL_LEN, 5);
+    tu_wait_signal(ctx, TU_SERVER); /* the receive is posted */
+    pscom_request_t *s = pscom_request_create(0, 0);
+    pscom_req_prepare(s, con, buf, STALL_LEN, NULL, 0);
+    pscom_post_send(s); /* UCX takes what fits, the rest needs our progress */
+    tu_signal(ctx, TU_SERVER, 1);
+    tu_wait_signal(ctx, TU_SERVER); /* no progress meanwhile */
+    pscom_wait(s);
+    TU_ASSERT_SUCCESSFUL(s);
+    tu_signal(ctx, TU_SERVER, 3);
+    pscom_request_free(s);
+    free(buf);
+    pscom_close_socket(sock);
+    return 0;
+}
+
 int main(void)
 {
-    return tu_run("peer_close", 2, server, client, NULL);
+    if (tu_run("peer_close", 2, server, client, NULL)) return 1;
+    /* over ucp: eager fragments at any size (the children inherit it) */
+    setenv("UCX_RNDV_THRESH", "inf", 1);
+    return tu_run("peer_close_stalled", 1, stall_server, stall_client, NULL);
 }

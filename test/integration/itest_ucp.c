@@ -30,13 +30,6 @@
  *     delay the completion). Counted with the "sleeps:" of
  *     pscom_dump_reqstat(). The receiver's delay only creates the idle
  *     period; the order of events is fixed by the control channel.
- *  7. close_stalled: the receiver closes the connection while the payload
- *     of a posted receive is arriving in eager fragments (UCX_RNDV_THRESH=inf)
- *     from a sender that has stopped progressing (it waits on the control
- *     channel, no pscom call). The close is graceful: when the sender goes
- *     on, the message arrives whole, the receive succeeds, and nothing is
- *     written into its buffer afterwards (UCX writes the payload straight
- *     into it, pinned, see pscom_read_pin).
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -263,63 +256,6 @@ static int busy_client(tu_ctx_t *ctx)
     return 0;
 }
 
-/* ---- 7. close_stalled --------------------------------------------------------- */
-
-#define STALL_LEN (8u << 20)
-
-static int stall_server(tu_ctx_t *ctx)
-{
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
-    unsigned char *buf      = tu_malloc(STALL_LEN);
-    unsigned char *ref      = tu_malloc(STALL_LEN);
-    tu_fill(ref, STALL_LEN, 5);
-    memset(buf, 0xee, STALL_LEN);
-    pscom_request_t *req = pscom_request_create(0, 0);
-    pscom_req_prepare(req, con, buf, STALL_LEN, NULL, 0);
-    pscom_post_recv(req);
-    tu_signal(ctx, 1, 1);
-    tu_wait_signal(ctx, 1); /* the send is posted; the client stops progressing */
-    /* the payload is arriving: its first bytes are in place */
-    while (memcmp(buf, ref, 8) != 0) pscom_test_any();
-    pscom_close_connection(con);
-    TU_ASSERT(!pscom_req_is_done(req)); /* the rest is still with the sender */
-    tu_signal(ctx, 1, 2);               /* the client goes on */
-    pscom_wait(req);
-    TU_ASSERT_SUCCESSFUL(req);
-    TU_ASSERT_EQ(req->header.data_len, STALL_LEN);
-    TU_ASSERT(memcmp(buf, ref, STALL_LEN) == 0);
-    memset(buf, 0x55, STALL_LEN);
-    tu_wait_signal_progress(ctx, 1); /* the client's send is done */
-    TU_ASSERT_BYTES(buf, STALL_LEN, 0x55);
-    pscom_request_free(req);
-    free(ref);
-    free(buf);
-    pscom_close_socket(sock);
-    return 0;
-}
-
-static int stall_client(tu_ctx_t *ctx)
-{
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
-    unsigned char *buf      = tu_malloc(STALL_LEN);
-    tu_fill(buf, STALL_LEN, 5);
-    tu_wait_signal(ctx, TU_SERVER); /* the receive is posted */
-    pscom_request_t *s = pscom_request_create(0, 0);
-    pscom_req_prepare(s, con, buf, STALL_LEN, NULL, 0);
-    pscom_post_send(s); /* UCX takes what fits, the rest needs our progress */
-    tu_signal(ctx, TU_SERVER, 1);
-    tu_wait_signal(ctx, TU_SERVER); /* no progress meanwhile */
-    pscom_wait(s);
-    TU_ASSERT_SUCCESSFUL(s);
-    tu_signal(ctx, TU_SERVER, 3);
-    pscom_request_free(s);
-    free(buf);
-    pscom_close_socket(sock);
-    return 0;
-}
-
 /* ---- 3./4. log lines and fallback (one process) ------------------------------ */
 
 static int log_fd = -1, saved_stderr = -1;
@@ -412,17 +348,6 @@ int main(void)
     if (tu_run("ucp_unexpected_inflight", 1, unexp_server, unexp_client, NULL)) return 1;
     if (tu_run("ucp_long_headers", 1, hdr_server, hdr_client, NULL)) return 1;
     if (tu_run("ucp_busy_wait", 1, busy_server, busy_client, NULL)) return 1;
-
-    /* 7: eager fragments at any size (the children inherit it) */
-    char *rndv = getenv("UCX_RNDV_THRESH") ? strdup(getenv("UCX_RNDV_THRESH")) : NULL;
-    setenv("UCX_RNDV_THRESH", "inf", 1);
-    if (tu_run("ucp_close_stalled", 1, stall_server, stall_client, NULL)) return 1;
-    if (rndv) {
-        setenv("UCX_RNDV_THRESH", rndv, 1);
-    } else {
-        unsetenv("UCX_RNDV_THRESH");
-    }
-    free(rndv);
 
     /* 3: the children inherit this environment (pscom_init after fork) */
     char *tls = getenv("UCX_TLS") ? strdup(getenv("UCX_TLS")) : NULL;

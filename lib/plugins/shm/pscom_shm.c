@@ -801,6 +801,24 @@ bad:
     return -1;
 }
 
+/* After the peer's EOF (the core stopped reading) one packet may still
+ * come: the ACK of our RNDV message, when the peer closed while it copied
+ * the message. Returns 1 if it came. */
+static int shm_read_final_ack(shm_con_t *sc)
+{
+    if (sc->closed || !sc->cur_rndv) return 0;
+    shm_pkt_t *pkt = shm_ring_peek(&sc->rx);
+    if (!pkt || shm_pkt_type(pkt) != SHM_PKT_ACK || pkt->len != sizeof(shm_ack_t)) return 0;
+    shm_ack_t ack;
+    memcpy(&ack, shm_pkt_payload(pkt), sizeof(ack));
+    shm_ring_consume(&sc->rx, pkt);
+    sc->in_read = 1;
+    shm_recv_ack(sc, &ack);
+    sc->in_read = 0;
+    shm_busy_update(sc);
+    return 1;
+}
+
 /* Hand the packets that arrived to the core. Returns 1 if it made progress. */
 static int shm_read(shm_con_t *sc)
 {
@@ -808,7 +826,8 @@ static int shm_read(shm_con_t *sc)
     int progress     = 0;
     int stop         = 0;
 
-    if (sc->in_read || sc->read_stopped) return 0;
+    if (sc->in_read) return 0;
+    if (pscom_unlikely(sc->read_stopped)) return shm_read_final_ack(sc);
     sc->in_read = 1;
     if (sc->rr_active) {
         int r = shm_rndv_progress(sc, &progress);
@@ -840,6 +859,7 @@ static int shm_read(shm_con_t *sc)
                 if (hl) stop = pscom_read_feed(con, p, hl);
                 if (!stop && !sc->closed) stop = pscom_read_feed(con, p + hl + gap, len - hl - gap);
             }
+            if (stop && !sc->closed) shm_ring_consume(&sc->rx, pkt); /* EOF: the rest is dropped */
             if (stop || sc->closed) break;
             /* (a large message's first packet has at least SHM_CHUNK_MIN bytes) */
             if (sc->rm_left || (hl && len >= SHM_CHUNK_MIN && sc->cma_local))
