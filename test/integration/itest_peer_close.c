@@ -260,8 +260,6 @@ static int stall_server(tu_ctx_t *ctx)
     pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
     pscom_connection_t *con = tu_server_accept_one(ctx, sock);
     unsigned char *buf      = tu_malloc(STALL_LEN);
-    unsigned char *ref      = tu_malloc(STALL_LEN);
-    tu_fill(ref, STALL_LEN, 5);
     memset(buf, 0xee, STALL_LEN);
     pscom_request_t *req = pscom_request_create(0, 0);
     pscom_req_prepare(req, con, buf, STALL_LEN, NULL, 0);
@@ -277,12 +275,11 @@ static int stall_server(tu_ctx_t *ctx)
     pscom_wait(req);
     TU_ASSERT_SUCCESSFUL(req);
     TU_ASSERT_EQ(req->header.data_len, STALL_LEN);
-    TU_ASSERT(memcmp(buf, ref, STALL_LEN) == 0);
+    TU_ASSERT_PATTERN(buf, STALL_LEN, 5);
     memset(buf, 0x55, STALL_LEN);
     tu_wait_signal_progress(ctx, 1); /* the client's send is done */
     TU_ASSERT_BYTES(buf, STALL_LEN, 0x55);
     pscom_request_free(req);
-    free(ref);
     free(buf);
     pscom_close_socket(sock);
     return 0;
@@ -297,7 +294,7 @@ static int stall_client(tu_ctx_t *ctx)
     tu_wait_signal(ctx, TU_SERVER); /* the receive is posted */
     pscom_request_t *s = pscom_request_create(0, 0);
     pscom_req_prepare(s, con, buf, STALL_LEN, NULL, 0);
-    pscom_post_send(s); /* UCX takes what fits, the rest needs our progress */
+    pscom_post_send(s); /* the transport takes what fits, the rest needs our progress */
     tu_signal(ctx, TU_SERVER, 1);
     tu_wait_signal(ctx, TU_SERVER); /* no progress meanwhile */
     pscom_wait(s);

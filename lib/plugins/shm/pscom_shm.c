@@ -801,6 +801,21 @@ bad:
     return -1;
 }
 
+static int shm_is_ack(const shm_pkt_t *pkt)
+{
+    return shm_pkt_type(pkt) == SHM_PKT_ACK && pkt->len == sizeof(shm_ack_t);
+}
+
+/* An ACK packet (shm_is_ack): taken from the ring and acted on. Returns 1
+ * to stop reading. */
+static int shm_take_ack(shm_con_t *sc, shm_pkt_t *pkt)
+{
+    shm_ack_t ack;
+    memcpy(&ack, shm_pkt_payload(pkt), sizeof(ack));
+    shm_ring_consume(&sc->rx, pkt);
+    return shm_recv_ack(sc, &ack);
+}
+
 /* After the peer's EOF (the core stopped reading) one packet may still
  * come: the ACK of our RNDV message, when the peer closed while it copied
  * the message. Returns 1 if it came. */
@@ -808,12 +823,9 @@ static int shm_read_final_ack(shm_con_t *sc)
 {
     if (sc->closed || !sc->cur_rndv) return 0;
     shm_pkt_t *pkt = shm_ring_peek(&sc->rx);
-    if (!pkt || shm_pkt_type(pkt) != SHM_PKT_ACK || pkt->len != sizeof(shm_ack_t)) return 0;
-    shm_ack_t ack;
-    memcpy(&ack, shm_pkt_payload(pkt), sizeof(ack));
-    shm_ring_consume(&sc->rx, pkt);
+    if (!pkt || !shm_is_ack(pkt)) return 0;
     sc->in_read = 1;
-    shm_recv_ack(sc, &ack);
+    shm_take_ack(sc, pkt);
     sc->in_read = 0;
     shm_busy_update(sc);
     return 1;
@@ -826,8 +838,8 @@ static int shm_read(shm_con_t *sc)
     int progress     = 0;
     int stop         = 0;
 
-    if (sc->in_read) return 0;
-    if (pscom_unlikely(sc->read_stopped)) return shm_read_final_ack(sc);
+    if (pscom_unlikely(sc->in_read | sc->read_stopped))
+        return sc->in_read ? 0 : shm_read_final_ack(sc);
     sc->in_read = 1;
     if (sc->rr_active) {
         int r = shm_rndv_progress(sc, &progress);
@@ -873,11 +885,8 @@ static int shm_read(shm_con_t *sc)
             int r = shm_recv_rndv(sc, pkt, p, hl, &progress);
             if (r < 0) stop = 1;
             if (r <= 0) break;
-        } else if (shm_pkt_type(pkt) == SHM_PKT_ACK && len == sizeof(shm_ack_t)) {
-            shm_ack_t ack;
-            memcpy(&ack, p, sizeof(ack));
-            shm_ring_consume(&sc->rx, pkt);
-            stop = shm_recv_ack(sc, &ack);
+        } else if (shm_is_ack(pkt)) {
+            stop = shm_take_ack(sc, pkt);
         } else {
             shm_protocol_error(sc, "unknown packet type");
             stop = 1;
