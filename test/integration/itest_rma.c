@@ -1186,7 +1186,7 @@ static int get_death_client(tu_ctx_t *ctx)
 
 static int expect_direct(void)
 {
-    const char *type = getenv("PSCOM_TEST_CONTYPE");
+    const char *type = tu_contype();
     const char *cma  = getenv("PSP_SHM_CMA");
     return type && !strcmp(type, "shm") && !(cma && !strcmp(cma, "0"));
 }

@@ -543,7 +543,7 @@ int main(void)
     /* the transport's own variable alone sets the threshold as well
      * (PSP_TCP_RENDEZVOUS, PSP_UCP_RENDEZVOUS; shm's PSP_SHM_RENDEZVOUS is
      * its single-copy threshold, see lib/plugins/shm) */
-    const char *type = getenv("PSCOM_TEST_CONTYPE");
+    const char *type = tu_contype();
     if (type && (!strcmp(type, "tcp") || !strcmp(type, "ucp"))) {
         char var[32];
         snprintf(var, sizeof(var), "PSP_%s_RENDEZVOUS", !strcmp(type, "tcp") ? "TCP" : "UCP");

@@ -750,11 +750,23 @@ const char *tu_client_get_ep(tu_ctx_t *ctx)
     return ctx->ep;
 }
 
+const char *tu_contype(void)
+{
+    static char type[32];
+    const char *v = getenv("PSCOM_TEST_CONTYPE");
+    if (!v || !*v) return NULL;
+    size_t n = strcspn(v, "-");
+    TU_ASSERT_LT(n, sizeof(type));
+    memcpy(type, v, n);
+    type[n] = 0;
+    return type;
+}
+
 void tu_check_con_type(pscom_connection_t *con)
 {
-    const char *want = getenv("PSCOM_TEST_CONTYPE");
+    const char *want = tu_contype();
     TU_ASSERT_NOT_NULL(con);
-    if (!want || !*want) return;
+    if (!want) return;
     const char *have = pscom_con_type_str(con->type);
     if (!have || strcmp(have, want) != 0) {
         TU_FAIL("connection type is \"%s\" (%d), PSCOM_TEST_CONTYPE wants \"%s\"",

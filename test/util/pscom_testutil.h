@@ -23,7 +23,10 @@
  *   PSCOM_TEST_CONTYPE  if set (e.g. "tcp"), every connection set up
  *                       through the harness must have this type
  *                       (pscom_con_type_str()); this lets a ctest entry
- *                       prove which transport it ran over.
+ *                       prove which transport it ran over. A variant of a
+ *                       transport is named "<type>-<variant>" ("ucp-shm":
+ *                       ucp over UCX's shared memory); only <type> is
+ *                       compared (tu_contype()).
  *   PSP_*               passed through to the library untouched.
  */
 #ifndef PSCOM_TESTUTIL_H
@@ -287,7 +290,10 @@ pscom_request_t *tu_make_recv(pscom_connection_t *con, void *data, size_t data_l
 /* The same, posted; returns the request. */
 pscom_request_t *tu_post_recv(pscom_connection_t *con, void *data, size_t data_len,
                               size_t xheader_len);
-/* Assert the connection type against PSCOM_TEST_CONTYPE (if set). */
+/* The connection type PSCOM_TEST_CONTYPE asks for, without a variant
+ * ("ucp" for "ucp-shm"), or NULL if it is not set or empty. */
+const char *tu_contype(void);
+/* Assert the connection type against tu_contype() (if set). */
 void tu_check_con_type(pscom_connection_t *con);
 
 /* A message of len bytes of pattern seed, its 4-byte xheader seed
