@@ -30,6 +30,16 @@
  *     delay the completion). Counted with the "sleeps:" of
  *     pscom_dump_reqstat(). The receiver's delay only creates the idle
  *     period; the order of events is fixed by the control channel.
+ *  7. eager_burst (UCX_RNDV_THRESH=inf): fragmented eager messages that
+ *     are all in UCX's unexpected queue, every fragment of them, before
+ *     the receiver progresses at all (the sender's sends complete without
+ *     it; the control channel says when). Taking such a message, UCX
+ *     completes the receive inside ucp_tag_msg_recv_nbx() and runs its
+ *     callback there, before the plugin knows the request. Until
+ *     2026-11-25 the callback took it for an earlier request of the
+ *     plugin's (UCX reuses their memory) and freed it: the receive of the
+ *     next message never completed. Received in order, one of them
+ *     truncated, every byte checked.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -256,6 +266,71 @@ static int busy_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- 7. eager_burst ------------------------------------------------------------------ */
+
+/* about 110 KiB in all: fits into UCX's shared-memory FIFO (64 segments of
+ * 8 KiB) and a loopback socket's buffer, so that the sends complete while
+ * the receiver does not progress */
+static const size_t burst_len[] = {16 * 1024 + 1, 24 * 1024, 40 * 1024 + 5, 9000, 20 * 1024};
+#define NBURST (sizeof(burst_len) / sizeof(burst_len[0]))
+#define BURST_TRUNC 2 /* received into a buffer of half its length */
+
+static int burst_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    tu_wait_signal(ctx, 1); /* no progress until every send is done */
+    for (uint32_t i = 0; i < NBURST; i++) {
+        size_t len           = burst_len[i];
+        size_t cap           = i == BURST_TRUNC ? len / 2 : len;
+        unsigned char *buf   = tu_malloc(cap);
+        pscom_request_t *req = tu_post_recv(con, buf, cap, sizeof(uint32_t));
+        pscom_wait(req);
+        if (i == BURST_TRUNC) {
+            TU_ASSERT_MSG(req->state & PSCOM_REQ_STATE_TRUNCATED, "message %u: state 0x%x", i,
+                          (unsigned)req->state);
+        } else {
+            TU_ASSERT_SUCCESSFUL(req);
+        }
+        uint32_t seq;
+        memcpy(&seq, (const void *)&req->xheader, sizeof(seq));
+        TU_ASSERT_MSG(seq == i, "got message %u, expected %u", seq, i);
+        TU_ASSERT_EQ(req->header.data_len, len);
+        TU_ASSERT_PATTERN(buf, cap, 70 + i);
+        pscom_request_free(req);
+        free(buf);
+    }
+    tu_send_tag(con, TAG_MSG);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int burst_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    pscom_request_t *reqs[NBURST];
+    unsigned char *bufs[NBURST];
+    for (uint32_t i = 0; i < NBURST; i++) {
+        bufs[i] = tu_malloc(burst_len[i]);
+        tu_fill(bufs[i], burst_len[i], 70 + i);
+        reqs[i] = pscom_request_create(sizeof(i), 0);
+        TU_ASSERT_NOT_NULL(reqs[i]);
+        pscom_req_prepare(reqs[i], con, bufs[i], burst_len[i], &i, sizeof(i));
+        pscom_post_send(reqs[i]);
+    }
+    for (uint32_t i = 0; i < NBURST; i++) {
+        pscom_wait(reqs[i]);
+        TU_ASSERT_SUCCESSFUL(reqs[i]);
+        pscom_request_free(reqs[i]);
+        free(bufs[i]);
+    }
+    tu_signal(ctx, TU_SERVER, 1);
+    tu_wait_tag(con, NULL, TAG_MSG);
+    pscom_close_socket(sock);
+    return 0;
+}
+
 /* ---- 3./4. log lines and fallback (one process) ------------------------------ */
 
 static int log_fd = -1, saved_stderr = -1;
@@ -366,5 +441,10 @@ int main(void)
     /* 4 */
     setenv("PSP_PLUGINDIR", PSCOM_TEST_STALE_MODULE_DIR, 1);
     if (tu_run("ucp_stale_module", 0, stale_server, NULL, NULL)) return 1;
+    unsetenv("PSP_PLUGINDIR");
+
+    /* 7: eager fragments at any size (the children inherit it) */
+    setenv("UCX_RNDV_THRESH", "inf", 1);
+    if (tu_run("ucp_eager_burst", 1, burst_server, burst_client, NULL)) return 1;
     return 0;
 }

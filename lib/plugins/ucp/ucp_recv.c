@@ -139,11 +139,64 @@ static void rx_fail(ucp_con_t *uc, const char *what, ucs_status_t st)
     rx_stop(uc);
 }
 
+/* ---- posting a receive ------------------------------------------------------------- */
+
+/*
+ * UCX may complete a receive inside the call that posts it, run its
+ * callback there, and still return the request: ucp_tag_msg_recv_nbx() (and
+ * ucp_tag_recv_nbx() on a message in its unexpected queue) when the rest of
+ * a fragmented eager message is in UCX already. Our callbacks must not take
+ * such a request for one of ours: its fields are still those of a request
+ * released earlier (taken for a pre-post, it was freed twice and the next
+ * receive never completed). While a post is on (rx_post_begin), the
+ * callbacks only record the completion, and rx_post_end() turns it into a
+ * completion at once: the request freed, its status returned.
+ */
+static struct {
+    int on, done;
+    void *req;
+    ucs_status_t status;
+    size_t len;
+} rx_post;
+
+static inline void rx_post_begin(void)
+{
+    rx_post.on   = 1;
+    rx_post.done = 0;
+}
+
+/* In a receive callback: 1 if it runs inside a post (then recorded). */
+static inline int rx_post_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info)
+{
+    if (pscom_likely(!rx_post.on)) return 0;
+    rx_post.done   = 1;
+    rx_post.req    = request;
+    rx_post.status = status;
+    rx_post.len    = info ? info->length : SIZE_MAX;
+    return 1;
+}
+
+/* st as the posting call returned it, or the status of a request that
+ * completed inside it (*len: its length, if UCX said). */
+static ucs_status_ptr_t rx_post_end(ucs_status_ptr_t st, size_t *len)
+{
+    rx_post.on = 0;
+    if (pscom_likely(!rx_post.done)) return st;
+    if (!UCS_PTR_IS_PTR(st) || st != rx_post.req) { /* not what UCX does */
+        plog_err("ucp: a receive callback ran inside the post of another request");
+        return st;
+    }
+    ucp_request_free(st);
+    if (len && rx_post.len != SIZE_MAX) *len = rx_post.len;
+    return UCS_STATUS_PTR(rx_post.status);
+}
+
 /* ---- dropping ---------------------------------------------------------------------- */
 
 static void discard_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
                        void *user_data)
 {
+    if (rx_post_cb(request, status, info)) return;
     ucp_req_release(request);
 }
 
@@ -158,7 +211,8 @@ void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
     };
     plog_verb("ucp: dropping a message of %zu bytes for connection id %#llx", info->length,
               (unsigned long long)ucpt_id(info->sender_tag));
-    ucs_status_ptr_t st = ucp_tag_msg_recv_nbx(ucp_g.worker, p, 1, msg, &prm);
+    rx_post_begin();
+    ucs_status_ptr_t st = rx_post_end(ucp_tag_msg_recv_nbx(ucp_g.worker, p, 1, msg, &prm), NULL);
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_track(st, UCP_REQ_DISCARD, 0);
         ((ucp_req_t *)st)->partial = p;
@@ -250,6 +304,7 @@ static inline int rx_now(const ucp_con_t *uc, const ucp_req_t *r, ucs_status_t s
 static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
                     void *user_data)
 {
+    if (pscom_unlikely(rx_post_cb(request, status, info))) return;
     ucp_req_t *r  = request;
     ucp_con_t *uc = ucp_con_lookup(r->con_id);
     ucp_g.rx_cbs++; /* see ucp_poll */
@@ -362,13 +417,15 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
     }
     ucs_status_ptr_t st;
     ucp_tag_recv_info_t info = {.length = len};
+    rx_post_begin();
     if (msg) {
-        st = ucp_tag_msg_recv_nbx(ucp_g.worker, dst, count, msg, &prm);
+        st = rx_post_end(ucp_tag_msg_recv_nbx(ucp_g.worker, dst, count, msg, &prm), NULL);
     } else {
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
         prm.recv_info.tag_info = &info;
         st = ucp_tag_recv_nbx(ucp_g.worker, dst, count,
                               ucpt_make(uc->id, UCPT_DATA, uc->rx_seq - 1), UINT64_MAX, &prm);
+        st = rx_post_end(st, &info.length);
         if (!UCS_PTR_IS_ERR(st) && !st && info.length != len) st = UCS_STATUS_PTR(UCS_ERR_MESSAGE_TRUNCATED);
     }
     if (UCS_PTR_IS_PTR(st)) {
@@ -412,7 +469,9 @@ static int post_msg(ucp_con_t *uc, ucp_tag_message_h msg, size_t len, unsigned k
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
         .cb.recv      = recv_cb,
     };
-    ucs_status_ptr_t st = ucp_tag_msg_recv_nbx(ucp_g.worker, uc->rxbuf, len, msg, &prm);
+    rx_post_begin();
+    ucs_status_ptr_t st =
+        rx_post_end(ucp_tag_msg_recv_nbx(ucp_g.worker, uc->rxbuf, len, msg, &prm), NULL);
     if (UCS_PTR_IS_PTR(st)) {
         /* the buffer goes with the request: close may come first */
         ucp_req_t *r = st;
@@ -491,9 +550,11 @@ static int rx_prepost(ucp_con_t *uc)
         if (!uc->rxbuf) return 1; /* then MSGs are probed */
         uc->rxbuf_cap = RXBUF_MIN;
     }
+    rx_post_begin();
     ucs_status_ptr_t st = ucp_tag_recv_nbx(ucp_g.worker, uc->rxbuf, UCP_MSG_MAX,
                                            ucpt_make(uc->id, UCPT_MSG, uc->rx_seq), UINT64_MAX,
                                            &prepost_prm);
+    st = rx_post_end(st, NULL);
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_PREPOST, uc->id);
