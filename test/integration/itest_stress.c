@@ -162,12 +162,11 @@ static void recv_all(pscom_connection_t *con, int dir)
     }
 }
 
-static int server(tu_ctx_t *ctx)
+/* one side's whole run: it sends in direction dir, the peer in 3 - dir */
+static int run(pscom_socket_t *sock, pscom_connection_t *con, int dir)
 {
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
-    sends_t *s              = send_all(con, 2);
-    recv_all(con, 1);
+    sends_t *s = send_all(con, dir);
+    recv_all(con, 3 - dir);
     sends_done(s);
     tu_send_tag(con, TAG_GOT);
     tu_wait_tag(con, NULL, TAG_GOT);
@@ -175,17 +174,16 @@ static int server(tu_ctx_t *ctx)
     return 0;
 }
 
+static int server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    return run(sock, tu_server_accept_one(ctx, sock), 2);
+}
+
 static int client(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
-    sends_t *s              = send_all(con, 1);
-    recv_all(con, 2);
-    sends_done(s);
-    tu_send_tag(con, TAG_GOT);
-    tu_wait_tag(con, NULL, TAG_GOT);
-    pscom_close_socket(sock);
-    return 0;
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    return run(sock, tu_client_connect(ctx, sock), 1);
 }
 
 int main(void)
