@@ -147,8 +147,8 @@ static void rx_fail(ucp_con_t *uc, const char *what, ucs_status_t st)
  * ucp_tag_recv_nbx() on a message in its unexpected queue) when the rest of
  * a fragmented eager message is in UCX already. Our callbacks must not take
  * such a request for one of ours: its fields are still those of a request
- * released earlier (taken for a pre-post, it was freed twice and the next
- * receive never completed). While a post is on (rx_post_begin), the
+ * released earlier (taken for an old pre-post, it was freed while UCX
+ * handed it to us, and that receive never completed). While a post is on (rx_post_begin), the
  * callbacks only record the completion, and rx_post_end() turns it into a
  * completion at once: the request freed, its status returned.
  */
