@@ -148,28 +148,22 @@ static void rx_fail(ucp_con_t *uc, const char *what, ucs_status_t st)
  * a fragmented eager message is in UCX already. Our callbacks must not take
  * such a request for one of ours: its fields are still those of a request
  * released earlier (taken for an old pre-post, it was freed while UCX
- * handed it to us, and that receive never completed). While a post is on (rx_post_begin), the
- * callbacks only record the completion, and rx_post_end() turns it into a
- * completion at once: the request freed, its status returned.
+ * handed it to us, and that receive never completed). So receives are
+ * posted only through rx_msg_recv() and rx_tag_recv(): while they run, the
+ * callbacks only record the completion (rx_post_cb), which they then turn
+ * into a completion at once (the request freed, its status returned).
  */
 static struct {
-    int on, done;
-    void *req;
-    ucs_status_t status;
+    int on;              /* inside rx_msg_recv / rx_tag_recv */
+    void *req;           /* the request whose callback ran there, or NULL */
+    ucs_status_t status; /* ... its status and length */
     size_t len;
 } rx_post;
-
-static inline void rx_post_begin(void)
-{
-    rx_post.on   = 1;
-    rx_post.done = 0;
-}
 
 /* In a receive callback: 1 if it runs inside a post (then recorded). */
 static inline int rx_post_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info)
 {
     if (pscom_likely(!rx_post.on)) return 0;
-    rx_post.done   = 1;
     rx_post.req    = request;
     rx_post.status = status;
     rx_post.len    = info ? info->length : SIZE_MAX;
@@ -181,14 +175,32 @@ static inline int rx_post_cb(void *request, ucs_status_t status, const ucp_tag_r
 static ucs_status_ptr_t rx_post_end(ucs_status_ptr_t st, size_t *len)
 {
     rx_post.on = 0;
-    if (pscom_likely(!rx_post.done)) return st;
-    if (!UCS_PTR_IS_PTR(st) || st != rx_post.req) { /* not what UCX does */
+    if (pscom_likely(!rx_post.req)) return st;
+    void *req   = rx_post.req;
+    rx_post.req = NULL;
+    if (!UCS_PTR_IS_PTR(st) || st != req) { /* not what UCX does */
         plog_err("ucp: a receive callback ran inside the post of another request");
         return st;
     }
     ucp_request_free(st);
     if (len && rx_post.len != SIZE_MAX) *len = rx_post.len;
     return UCS_STATUS_PTR(rx_post.status);
+}
+
+/* ucp_tag_msg_recv_nbx() of the probed message msg */
+static ucs_status_ptr_t rx_msg_recv(void *buf, size_t count, ucp_tag_message_h msg,
+                                    const ucp_request_param_t *prm)
+{
+    rx_post.on = 1;
+    return rx_post_end(ucp_tag_msg_recv_nbx(ucp_g.worker, buf, count, msg, prm), NULL);
+}
+
+/* ucp_tag_recv_nbx() of the message with exactly this tag; *len as above */
+static ucs_status_ptr_t rx_tag_recv(void *buf, size_t count, ucp_tag_t tag,
+                                    const ucp_request_param_t *prm, size_t *len)
+{
+    rx_post.on = 1;
+    return rx_post_end(ucp_tag_recv_nbx(ucp_g.worker, buf, count, tag, UINT64_MAX, prm), len);
 }
 
 /* ---- dropping ---------------------------------------------------------------------- */
@@ -211,8 +223,7 @@ void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
     };
     plog_verb("ucp: dropping a message of %zu bytes for connection id %#llx", info->length,
               (unsigned long long)ucpt_id(info->sender_tag));
-    rx_post_begin();
-    ucs_status_ptr_t st = rx_post_end(ucp_tag_msg_recv_nbx(ucp_g.worker, p, 1, msg, &prm), NULL);
+    ucs_status_ptr_t st = rx_msg_recv(p, 1, msg, &prm);
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_track(st, UCP_REQ_DISCARD, 0);
         ((ucp_req_t *)st)->partial = p;
@@ -417,15 +428,13 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
     }
     ucs_status_ptr_t st;
     ucp_tag_recv_info_t info = {.length = len};
-    rx_post_begin();
     if (msg) {
-        st = rx_post_end(ucp_tag_msg_recv_nbx(ucp_g.worker, dst, count, msg, &prm), NULL);
+        st = rx_msg_recv(dst, count, msg, &prm);
     } else {
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
         prm.recv_info.tag_info = &info;
-        st = ucp_tag_recv_nbx(ucp_g.worker, dst, count,
-                              ucpt_make(uc->id, UCPT_DATA, uc->rx_seq - 1), UINT64_MAX, &prm);
-        st = rx_post_end(st, &info.length);
+        st = rx_tag_recv(dst, count, ucpt_make(uc->id, UCPT_DATA, uc->rx_seq - 1), &prm,
+                         &info.length);
         if (!UCS_PTR_IS_ERR(st) && !st && info.length != len) st = UCS_STATUS_PTR(UCS_ERR_MESSAGE_TRUNCATED);
     }
     if (UCS_PTR_IS_PTR(st)) {
@@ -469,9 +478,7 @@ static int post_msg(ucp_con_t *uc, ucp_tag_message_h msg, size_t len, unsigned k
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
         .cb.recv      = recv_cb,
     };
-    rx_post_begin();
-    ucs_status_ptr_t st =
-        rx_post_end(ucp_tag_msg_recv_nbx(ucp_g.worker, uc->rxbuf, len, msg, &prm), NULL);
+    ucs_status_ptr_t st = rx_msg_recv(uc->rxbuf, len, msg, &prm);
     if (UCS_PTR_IS_PTR(st)) {
         /* the buffer goes with the request: close may come first */
         ucp_req_t *r = st;
@@ -550,11 +557,9 @@ static int rx_prepost(ucp_con_t *uc)
         if (!uc->rxbuf) return 1; /* then MSGs are probed */
         uc->rxbuf_cap = RXBUF_MIN;
     }
-    rx_post_begin();
-    ucs_status_ptr_t st = ucp_tag_recv_nbx(ucp_g.worker, uc->rxbuf, UCP_MSG_MAX,
-                                           ucpt_make(uc->id, UCPT_MSG, uc->rx_seq), UINT64_MAX,
-                                           &prepost_prm);
-    st = rx_post_end(st, NULL);
+    ucs_status_ptr_t st =
+        rx_tag_recv(uc->rxbuf, UCP_MSG_MAX, ucpt_make(uc->id, UCPT_MSG, uc->rx_seq), &prepost_prm,
+                    NULL);
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_PREPOST, uc->id);
