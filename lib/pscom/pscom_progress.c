@@ -20,16 +20,19 @@
 #define MAX_EVENTS   64
 #define SLEEP_MAX_MS 1000 /* a sleeping wait wakes up at least this often */
 /* While polled transports are active, a non-blocking pass looks at the fd
- * set only every FD_POLL_EVERY passes: a system call per pass would
- * dominate shared-memory latency. */
+ * set (epoll_wait: 0.16-1.2 us, on a VM with page-table isolation the
+ * latter) only every FD_POLL_EVERY passes while an fd that is not quiet is
+ * registered (a tcp connection, a running handshake): a system call per
+ * pass would dominate shared-memory latency. */
 #define FD_POLL_EVERY 32
-/* ... or every FD_POLL_EVERY_QUIET passes while all registered fds are
- * quiet (listeners, peer-death detectors; pscom_ufd_t.quiet) */
-#define FD_POLL_EVERY_QUIET 1024
-/* Passes can also be far apart (an application calling pscom_test_any()
- * now and then): every FD_CLOCK_EVERY skipped passes a look at the coarse
- * clock (5 ns, one tick is 1-4 ms) polls the fds once a tick has passed
- * since they were last polled. */
+/* In any case, and only so while all fds are quiet (listeners, peer-death
+ * detectors, the wake-up fd: pscom_ufd_t.quiet), once the coarse clock has
+ * ticked (1-4 ms) since the last look: every FD_CLOCK_EVERY skipped passes
+ * a look at that clock (5 ns). A count of passes alone would cost a
+ * ping-pong a system call every few dozen round trips (8 B over UCX's
+ * shared memory, 1.2 us per call here: 8-15 % of the latency with 1024
+ * passes), and look too seldom when passes are far apart (an application
+ * calling pscom_test_any() now and then). */
 #define FD_CLOCK_EVERY 16
 /* An idle blocking wait reads the clock every CLOCK_EVERY passes. */
 #define CLOCK_EVERY 16
@@ -287,7 +290,7 @@ static time_t coarse_tick(void)
  * line, so that the busy-polling pass needs no stack frame for the clock.) */
 static __attribute__((noinline)) int fds_due_slow(void)
 {
-    if (skipped < (hot_fds ? FD_POLL_EVERY : FD_POLL_EVERY_QUIET)) {
+    if (!hot_fds || skipped < FD_POLL_EVERY) {
         time_t tick = coarse_tick();
         if (tick == fds_polled_tick) return 0;
         fds_polled_tick = tick;

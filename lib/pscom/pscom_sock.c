@@ -244,7 +244,7 @@ static pscom_err_t listen_open(pscom_sock_t *sock, int portno)
     sock->listen_ufd.events          = EPOLLIN;
     sock->listen_ufd.handler         = listen_handler;
     sock->listen_ufd.priv            = sock;
-    sock->listen_ufd.quiet           = 1; /* a connect may wait some microseconds */
+    sock->listen_ufd.quiet           = 1; /* a connect may wait a clock tick */
     sock->pub.listen_portno          = ntohs(sa.sin_port);
     sock->pub.local_con_info.tcp.portno = sock->pub.listen_portno;
     return PSCOM_SUCCESS;

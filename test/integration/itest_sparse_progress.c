@@ -3,12 +3,12 @@
  * then (here one pscom_test_any() per millisecond) while shm's poller is
  * active still hears its quiet fds in time.
  *
- * A busy-polling pass looks at the fd set only every 1024 passes while all
- * fds are quiet (listener, peer-death sockets): cheap in a tight loop, but
- * a second or more between looks when the passes are a millisecond apart.
- * The core therefore also looks once the coarse clock has ticked. Asserted
- * here, in calls of pscom_test_any() (not in time, so a loaded machine
- * cannot fail it; without the clock, about 1024 calls):
+ * While all fds are quiet (listener, peer-death sockets), a busy-polling
+ * pass looks at the fd set only once the coarse clock has ticked since the
+ * last look, and reads that clock every 16 passes: a system call per
+ * clock tick in a tight loop, one per 16 calls when the calls are a
+ * millisecond apart. Asserted here, in calls of pscom_test_any() (not in
+ * time, so a loaded machine cannot fail it; without the clock, never):
  *
  *  1. a second connection from the client is accepted within SPARSE_MAX
  *     calls;

@@ -256,11 +256,11 @@ struct pscom_ufd {
     void (*handler)(pscom_ufd_t *ufd, uint32_t revents);
     void *priv;
     int registered;
-    /* Set before pscom_ufd_add() for an fd whose events may wait some
-     * microseconds (a listener, a peer-death detector): while only such
+    /* Set before pscom_ufd_add() for an fd whose events may wait a clock
+     * tick (1-4 ms; a listener, a peer-death detector): while only such
      * fds are registered, a busy-polling progress loop (shm, ucp) looks at
-     * the fd set every 1024 passes instead of every 32, which saves it a
-     * system call on most passes. Data sockets leave it 0. */
+     * the fd set once per tick instead of every 32 passes, which saves it
+     * a system call on nearly every round trip. Data sockets leave it 0. */
     int quiet;
 };
 
