@@ -83,7 +83,8 @@ static void check(const unsigned char *p, uint64_t len, uint64_t seed)
  * fault may stall in direct compaction for many seconds. */
 static unsigned char *huge_alloc(void)
 {
-    void *p = mmap(NULL, HUGE_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    void *p = mmap(NULL, HUGE_LEN, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) TU_FAIL("cannot map %llu bytes", (unsigned long long)HUGE_LEN);
     return p;
 }
