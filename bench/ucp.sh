@@ -28,6 +28,11 @@
 #                  in this order rotated by one per repetition; e.g. the 8 B
 #                  target alone, each pair of runs back to back:
 #                  SIZES=8 TOOLS="pscom_sep tag_lat" R=40 bench/ucp.sh
+#                  pscom_sep_b (not by default): pscom_pp --sepbuf of another
+#                  build, PSCOM_PP_B, for an A/B of two builds in one sitting:
+#                  PSCOM_PP_B=/tmp/old/bin/pscom_pp SIZES=8 \
+#                    TOOLS="pscom_sep pscom_sep_b tag_lat" R=20 bench/ucp.sh
+#   PSCOM_PP_B=path  the pscom_pp of pscom_sep_b (with its libpscom4ucp.so)
 #
 # Output: per transport set a table of medians and best-of-R values and the
 # pscom/raw ratios against the targets; see bench/README.md.
@@ -43,10 +48,14 @@ ALL_SIZES="8 65536 1048576 4194304"
 ALL_TOOLS="pscom pscom_sep ucp_pp tag_lat tag_bw"
 SIZES=${SIZES:-$ALL_SIZES}
 TOOLS=${TOOLS:-$ALL_TOOLS}
+PP_B=${PSCOM_PP_B:-}
 
 need_posint R ITERS
 need_words SIZES "$ALL_SIZES"
-need_words TOOLS "$ALL_TOOLS"
+need_words TOOLS "$ALL_TOOLS pscom_sep_b"
+if [[ " $TOOLS " == *" pscom_sep_b "* ]]; then
+    [[ -x $PP_B ]] || die "pscom_sep_b needs PSCOM_PP_B, a pscom_pp binary (got '$PP_B')"
+fi
 [[ -n ${SIZES// /} && -n ${TOOLS// /} ]] || die "SIZES and TOOLS must not be empty"
 command -v ucx_perftest >/dev/null || die "ucx_perftest not found (Debian: ucx-utils)"
 UCXPT=ucx_perftest
@@ -74,20 +83,22 @@ tls_env() { # the UCX environment of a transport set
 # RESULTS, lines: tls tool rep size half_rtt_us MBps
 
 # pscom over ucp only: no shm, no tcp plugin (the handshake still uses TCP).
-# run_pscom <tls> <rep> <tool>: tool pscom (echo) or pscom_sep (server --sepbuf)
+# run_pscom <tls> <rep> <tool>: tool pscom (echo), pscom_sep (server --sepbuf)
+# or pscom_sep_b (the same with PSCOM_PP_B)
 run_pscom() {
-    local tls=$1 rep=$2 tool=$3 out=$TMP/pscom-server.$1.$2.$3 size n cout
+    local tls=$1 rep=$2 tool=$3 out=$TMP/pscom-server.$1.$2.$3 size n cout pp=$PP
     # shellcheck disable=SC2207 # tls_env: words
     local -a env_=(env PSP_SHM=0 PSP_TCP=0 PSP_OPENIB=0 PSP_DEBUG_CONTYPE=1 $(tls_env "$tls"))
     local -a sopt=()
-    [[ $tool == pscom_sep ]] && sopt=(--sepbuf)
-    start_server "$out" "${env_[@]}" "${PIN_SERVER[@]}" "$PP" -l 0 "${sopt[@]}"
+    [[ $tool == pscom_sep* ]] && sopt=(--sepbuf)
+    [[ $tool == pscom_sep_b ]] && pp=$PP_B
+    start_server "$out" "${env_[@]}" "${PIN_SERVER[@]}" "$pp" -l 0 "${sopt[@]}"
     server_endpoint "$out"
     for size in $SIZES; do
         n=$(iters_for "$size")
         cout=$TMP/$tool-client.$tls.$rep.$size
         pp_client "$cout" "$size" "$n" "$tls, size $size, rep $rep" \
-            "${env_[@]}" "${PIN_CLIENT[@]}" "$PP" -c "$EP" --warmup $((n / 10 + 1))
+            "${env_[@]}" "${PIN_CLIENT[@]}" "$pp" -c "$EP" --warmup $((n / 10 + 1))
         # latency = size / throughput: pscom_pp prints the time with 2 decimals only
         echo "$tls $tool $rep $size $PP_LAT $PP_MBS" >>"$RESULTS"
         grep -q 'via ucp' "$cout" || { cat "$cout" >&2; die "the pscom_pp client did not connect via ucp"; }
@@ -132,7 +143,7 @@ one_rep() {
         order=$(rotate $((rep - 1)) $TOOLS) # rep 1: as given
         for t in $order; do
             case $t in
-            pscom | pscom_sep) run_pscom "$tls" "$rep" "$t" ;;
+            pscom | pscom_sep | pscom_sep_b) run_pscom "$tls" "$rep" "$t" ;;
             ucp_pp) run_ucp_pp "$tls" "$rep" ;;
             *) run_perftest "$tls" "$t" "$rep" ;;
             esac
@@ -141,7 +152,7 @@ one_rep() {
 }
 
 echo "# ucp.sh: R=$R, ITERS=$ITERS, TLS=\"$TLS\", $PIN_DESC" >&2
-echo "# pscom_pp: $PP; $(ucx_info -v | head -n 1)" >&2
+echo "# pscom_pp: $PP${PP_B:+; pscom_sep_b: $PP_B}; $(ucx_info -v | head -n 1)" >&2
 bench_reps one_rep
 
 # --- statistics ------------------------------------------------------------
@@ -155,6 +166,7 @@ FMT_PREC=3
 state_table() { # state_table <tls>
     awk -v t="$1" '
         $1 == t && $4 == 8 && $2 == "pscom_sep" { p[$3] = $5 }
+        $1 == t && $4 == 8 && $2 == "pscom_sep_b" { pb[$3] = $5 }
         $1 == t && $4 == 8 && $2 == "tag_lat" { r[$3] = $5 }
         function med(a, n,   i, j, x) { # sorts a[1..n]
             for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j > 0 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
@@ -164,12 +176,20 @@ state_table() { # state_table <tls>
             split("0 0.12 0.18 0.30 1e9", lim, " ")
             split("< 0.12 us|0.12-0.18 us|0.18-0.30 us|>= 0.30 us", name, "|")
             printf "\n8 B by host state (tag_lat of the same repetition): reps, median tag_lat and pscom --sepbuf [us], median sep/tag_lat\n"
+            ab = length(pb) > 0
+            if (ab) printf "  (A/B: B = pscom_sep_b; then reps with both, median B/tag_lat and median B/A of the same repetition)\n"
             for (s = 1; s <= 4; s++) {
-                n = 0
-                for (k in p) if ((k in r) && r[k] >= lim[s] && r[k] < lim[s + 1]) { n++; a[n] = r[k]; b[n] = p[k]; q[n] = p[k] / r[k] }
-                if (n) printf "  %-14s %4d %9.3f %9.3f %9.3f\n", name[s], n, med(a, n), med(b, n), med(q, n)
-                else printf "  %-14s %4d %9s %9s %9s\n", name[s], 0, "-", "-", "-"
-                delete a; delete b; delete q
+                n = 0; m = 0
+                for (k in p) if ((k in r) && r[k] >= lim[s] && r[k] < lim[s + 1]) {
+                    n++; a[n] = r[k]; b[n] = p[k]; q[n] = p[k] / r[k]
+                    if (k in pb) { m++; qb[m] = pb[k] / r[k]; qa[m] = pb[k] / p[k] }
+                }
+                if (n) printf "  %-14s %4d %9.3f %9.3f %9.3f", name[s], n, med(a, n), med(b, n), med(q, n)
+                else printf "  %-14s %4d %9s %9s %9s", name[s], 0, "-", "-", "-"
+                if (ab && m) printf "   %4d %9.3f %9.3f", m, med(qb, m), med(qa, m)
+                else if (ab) printf "   %4d %9s %9s", 0, "-", "-"
+                printf "\n"
+                delete a; delete b; delete q; delete qb; delete qa
             }
         }' "$RESULTS"
 }
