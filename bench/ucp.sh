@@ -30,7 +30,7 @@
 #                  SIZES=8 TOOLS="pscom_sep tag_lat" R=40 bench/ucp.sh
 #                  pscom_sep_b (not by default): pscom_pp --sepbuf of another
 #                  build, PSCOM_PP_B, for an A/B of two builds in one sitting:
-#                  PSCOM_PP_B=/tmp/old/bin/pscom_pp SIZES=8 \
+#                  PSCOM_PP_B=/tmp/old/build/bin/pscom_pp SIZES=8 \
 #                    TOOLS="pscom_sep pscom_sep_b tag_lat" R=20 bench/ucp.sh
 #   PSCOM_PP_B=path  the pscom_pp of pscom_sep_b (with its libpscom4ucp.so)
 #
