@@ -51,6 +51,7 @@ static unsigned sleepers;
 static pscom_ufd_t wake_ufd;
 static pscom_list_t pollers = PSCOM_LIST_INIT(pollers);
 static unsigned pollers_active;
+static pscom_list_t pollers_asleep = PSCOM_LIST_INIT(pollers_asleep); /* pscom_poller_t.sleep */
 static unsigned hot_fds; /* registered fds that are not quiet */
 
 static pscom_list_t timers = PSCOM_LIST_INIT(timers);
@@ -136,9 +137,18 @@ void pscom_ufd_del(pscom_ufd_t *ufd)
     if (!ufd->quiet) hot_fds--;
 }
 
+/* out of the list of sleepers, if there */
+static void poller_unsleep(pscom_poller_t *poller)
+{
+    if (!poller->asleep) return;
+    pscom_list_del(&poller->next);
+    poller->asleep = 0;
+}
+
 void pscom_poller_add(pscom_poller_t *poller)
 {
     if (poller->active) return;
+    poller_unsleep(poller);
     pscom_list_add_tail(&poller->next, &pollers);
     poller->active = 1;
     pollers_active++;
@@ -146,10 +156,36 @@ void pscom_poller_add(pscom_poller_t *poller)
 
 void pscom_poller_del(pscom_poller_t *poller)
 {
+    poller_unsleep(poller);
     if (!poller->active) return;
     pscom_list_del(&poller->next);
     poller->active = 0;
     pollers_active--;
+}
+
+/* A blocking wait is about to sleep in the kernel: the pollers that can be
+ * woken through an fd arm it and leave (pscom_poller_t.sleep). */
+static void pollers_sleep(void)
+{
+    pscom_list_t *pos, *tmp;
+    pscom_list_for_each_safe(pos, tmp, &pollers) {
+        pscom_poller_t *p = pscom_list_entry(pos, pscom_poller_t, next);
+        if (!p->sleep || !p->sleep(p)) continue;
+        pscom_poller_del(p);
+        pscom_list_add_tail(&p->next, &pollers_asleep);
+        p->asleep = 1;
+    }
+}
+
+/* ... and has slept: the pollers still out come back (their fd out again) */
+static void pollers_wake(void)
+{
+    while (!pscom_list_empty(&pollers_asleep)) {
+        pscom_poller_t *p = pscom_list_entry(pollers_asleep.next, pscom_poller_t, next);
+        poller_unsleep(p);
+        if (p->wake) p->wake(p);
+        pscom_poller_add(p);
+    }
 }
 
 void pscom_defer_free(void *ptr)
@@ -409,7 +445,9 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
         /* idle for a while: sleep in the kernel until an fd event. Polled
          * transports cannot wake us, so with those we only nap. */
         pscom.stats.sleeps++;
+        if (pollers_active) pollers_sleep();
         pscom_progress(pollers_active ? 1 : SLEEP_MAX_MS);
+        if (!pscom_list_empty(&pollers_asleep)) pollers_wake();
         if (!pscom_list_empty(&pscom.io_doneq)) pscom_req_run_io_done();
         if (done(arg)) return;
     }

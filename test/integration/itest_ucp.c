@@ -3,9 +3,10 @@
  * Run once per UCX transport set (ctest itest_ucp.ucp-tcp / .ucp-shm, with
  * the environment of that variant: PSP_TCP=0 PSP_SHM=0 UCX_TLS=...).
  *
- *  1. sleep: see itest_wait_sleep (run over ucp too): the plugin arms the
- *     UCX worker and leaves the poller list, so the core's wait sleeps in
- *     epoll_wait on the worker's event fd.
+ *  1. sleep: see itest_wait_sleep (run over ucp too): when the core's wait
+ *     is about to sleep, the plugin arms the UCX worker and its poller
+ *     leaves the passes, so the wait sleeps in epoll_wait on the worker's
+ *     event fd (and case 8: only then).
  *  2. unexpected_inflight: large messages arrive unexpected (UCX moves
  *     them asynchronously); the receive is posted as soon as pscom_iprobe
  *     sees the header, i.e. while the payload may still be on its way, and
@@ -40,14 +41,26 @@
  *     plugin's (UCX reuses their memory) and freed it: the receive of the
  *     next message never completed. Received in order, one of them
  *     truncated, every byte checked.
+ *  8. test_loop: an application that polls with pscom_test_any() while
+ *     nothing comes (here for TEST_LOOP_MS, far longer than the plugin's
+ *     former 500 us before it armed the worker) pays a UCX progress per
+ *     call, not a system call: the worker is armed only by a blocking wait
+ *     that goes to sleep (pscom_poller_t.sleep). Counted by the
+ *     epoll_wait() below, which takes the place of libc's (exported):
+ *     at most one per clock tick (the core's look at its quiet fds), where
+ *     an armed worker made one per call. The message sent then is received
+ *     by the same loop.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TAG_MSG 0x4d534721u
@@ -331,6 +344,74 @@ static int burst_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- 8. test_loop ---------------------------------------------------------------------- */
+
+#define TEST_LOOP_MS 20
+
+/* epoll_wait calls made by libpscom (UCX's tcp transport makes its own in
+ * every progress call, and UCX's threads wait in it) */
+static volatile int counting;
+static unsigned epoll_calls;
+__attribute__((visibility("default"))) int epoll_wait(int epfd, struct epoll_event *events,
+                                                   int maxevents, int timeout)
+{
+    Dl_info di;
+    if (counting && dladdr(__builtin_return_address(0), &di) && di.dli_fname &&
+        strstr(di.dli_fname, "/libpscom.so"))
+        epoll_calls++;
+    return epoll_pwait(epfd, events, maxevents, timeout, NULL);
+}
+
+static double coarse_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int loop_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    tu_wait_signal(ctx, 1); /* the client has polled for TEST_LOOP_MS */
+    tu_send_tag(con, TAG_MSG);
+    tu_wait_tag(con, NULL, TAG_MSG);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int loop_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    pscom_request_t *req    = tu_post_recv(con, NULL, 0, sizeof(uint32_t));
+    struct timespec res;
+    clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+    double tick_ms = (double)res.tv_sec * 1e3 + (double)res.tv_nsec / 1e6;
+    epoll_calls    = 0;
+    counting       = 1;
+    unsigned long calls = 0;
+    double t0 = tu_now_ms(), c0 = coarse_ms();
+    while (tu_now_ms() - t0 < TEST_LOOP_MS) {
+        TU_ASSERT(!pscom_test_any());
+        calls++;
+    }
+    counting     = 0;
+    double ticks = (coarse_ms() - c0) / tick_ms;
+    tu_log("%lu pscom_test_any() calls in %d ms (%.0f clock ticks): %u epoll_wait calls", calls,
+           TEST_LOOP_MS, ticks, epoll_calls);
+    TU_ASSERT_MSG(epoll_calls <= ticks + 2, "%u epoll_wait calls in %lu pscom_test_any() calls",
+                  epoll_calls, calls);
+    tu_signal(ctx, TU_SERVER, 1);
+    while (!pscom_req_is_done(req)) pscom_test_any();
+    TU_ASSERT_SUCCESSFUL(req);
+    TU_ASSERT_EQ(tu_header_tag(&req->header), TAG_MSG);
+    pscom_request_free(req);
+    tu_send_tag(con, TAG_MSG);
+    pscom_close_socket(sock);
+    return 0;
+}
+
 /* ---- 3./4. log lines and fallback (one process) ------------------------------ */
 
 static int log_fd = -1, saved_stderr = -1;
@@ -423,6 +504,7 @@ int main(void)
     if (tu_run("ucp_unexpected_inflight", 1, unexp_server, unexp_client, NULL)) return 1;
     if (tu_run("ucp_long_headers", 1, hdr_server, hdr_client, NULL)) return 1;
     if (tu_run("ucp_busy_wait", 1, busy_server, busy_client, NULL)) return 1;
+    if (tu_run("ucp_test_loop", 1, loop_server, loop_client, NULL)) return 1;
 
     /* 3: the children inherit this environment (pscom_init after fork) */
     char *tls = getenv("UCX_TLS") ? strdup(getenv("UCX_TLS")) : NULL;

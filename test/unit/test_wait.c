@@ -14,6 +14,12 @@
  * the wait napped (pscom.stats.sleeps) and whether it yielded (counted by
  * the sched_yield() below, which takes the place of libc's), never a
  * duration.
+ *
+ * A poller with a sleep hook is asked to leave only by a blocking wait
+ * that goes to sleep (never by non-blocking passes), is out of the passes
+ * while the wait sleeps, and is woken (wake hook) and back afterwards; one
+ * that comes back by itself (pscom_poller_add from its fd's handler) is
+ * not woken again.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +28,9 @@
 
 #include <cmocka.h>
 #include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "pscom.h"
 #include "pscom_config.h"
@@ -125,6 +134,100 @@ static void test_spin_yields(void **state)
     assert_int_equal(yields, 0);
 }
 
+/* the sleep hooks: counted; the poller leaves while sleep_ok */
+static unsigned sleep_calls, wake_calls;
+static int sleep_ok;
+static int fake_sleep(pscom_poller_t *p)
+{
+    sleep_calls++;
+    return sleep_ok;
+}
+static void fake_wake(pscom_poller_t *p)
+{
+    wake_calls++;
+    assert_false(p->active); /* still out when woken */
+}
+
+static void hooks(int ok)
+{
+    poller.sleep = fake_sleep;
+    poller.wake  = fake_wake;
+    sleep_ok     = ok;
+    sleep_calls = wake_calls = 0;
+}
+
+/* Non-blocking passes never ask the poller to leave; a wait that sleeps
+ * does, and the poller is back in the passes afterwards. */
+static void test_sleep_hook(void **state)
+{
+    hooks(1);
+    pscom_poller_add(&poller);
+    for (int i = 0; i < 100000; i++) pscom_progress(0);
+    assert_int_equal(sleep_calls, 0);
+    pscom_poller_del(&poller);
+
+    /* the operation is done on the clock, which only the poller reads: the
+     * wait sleeps (up to 1 s at a time with the poller out), wakes it, and
+     * polls on until it is done */
+    assert_true(wait_op(0, 5, 0, 1) >= 1);
+    assert_true(sleep_calls >= 1);
+    assert_int_equal(wake_calls, sleep_calls);
+    assert_false(poller.active);
+    assert_false(poller.asleep);
+    poller.sleep = NULL;
+    poller.wake  = NULL;
+}
+
+/* A poller that stays (sleep returns 0) is never woken: the wait naps. */
+static void test_sleep_refused(void **state)
+{
+    hooks(0);
+    assert_true(wait_op(0, 5, 0, 1) >= 1);
+    assert_true(sleep_calls >= 1);
+    assert_int_equal(wake_calls, 0);
+    poller.sleep = NULL;
+    poller.wake  = NULL;
+}
+
+/* A poller that comes back by itself while the wait sleeps (its fd's
+ * handler calls pscom_poller_add, as ucp's does) is not woken again. */
+static int efd = -1;
+static unsigned self_wakes;
+static void efd_handler(pscom_ufd_t *ufd, uint32_t revents)
+{
+    uint64_t v;
+    assert_int_equal(read(ufd->fd, &v, sizeof(v)), (ssize_t)sizeof(v));
+    self_wakes++;
+    pscom_poller_add(&poller);
+}
+static int sleep_fd_fires(pscom_poller_t *p)
+{
+    uint64_t one = 1;
+    sleep_calls++;
+    assert_int_equal(write(efd, &one, sizeof(one)), (ssize_t)sizeof(one));
+    return 1;
+}
+
+static void test_sleep_self_wake(void **state)
+{
+    hooks(1);
+    poller.sleep = sleep_fd_fires;
+    self_wakes   = 0;
+    efd          = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    assert_true(efd >= 0);
+    pscom_ufd_t ufd = {.fd = efd, .events = EPOLLIN, .handler = efd_handler, .quiet = 1};
+    assert_int_equal(pscom_ufd_add(&ufd), 0);
+    assert_true(wait_op(0, 5, 0, 1) >= 1);
+    pscom_ufd_del(&ufd);
+    close(efd);
+    assert_true(sleep_calls >= 1);
+    assert_int_equal(self_wakes, sleep_calls);
+    assert_int_equal(wake_calls, 0);
+    assert_false(poller.asleep);
+    poller.sleep = NULL;
+    poller.wake  = NULL;
+}
+
 /* Busy, but for longer than the bound (100 x 100 us = 10 ms): it naps
  * after all, so a peer that never answers does not cost a core forever. */
 static void test_busy_bounded(void **state)
@@ -146,6 +249,9 @@ int main(void)
         cmocka_unit_test(test_busy_bounded),
         cmocka_unit_test(test_busy_spin0),
         cmocka_unit_test(test_spin_yields),
+        cmocka_unit_test(test_sleep_hook),
+        cmocka_unit_test(test_sleep_refused),
+        cmocka_unit_test(test_sleep_self_wake),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,13 +4,18 @@
  * ucp_worker_progress(), takes arrived messages with ucp_tag_probe_nb()
  * and works through the connections that have something to do.
  *
- * Sleeping: when the poller has found nothing to do for UCP_ARM_IDLE_US
- * and none of our UCX operations is in flight, it arms the worker
- * (ucp_worker_arm() == UCS_OK), puts the worker's event fd into the core's
- * epoll set and removes itself, so that a blocking wait of the core sleeps
- * in the kernel instead of napping 1 ms at a time. The event fd brings it
- * back (and leaves the epoll set again); so does every operation we post
- * (ucp_wake()).
+ * Sleeping: when a blocking wait of the core is about to sleep in the
+ * kernel and none of our UCX operations is in flight, the poller arms the
+ * worker (ucp_worker_arm() == UCS_OK) and puts the worker's event fd into
+ * the core's epoll set; the core takes the poller out of its passes
+ * (pscom_poller_t.sleep), so that the wait sleeps instead of napping 1 ms
+ * at a time. The event fd brings it back (and leaves the epoll set again);
+ * so does every operation we post (ucp_wake()), and the end of that sleep
+ * (pscom_poller_t.wake). Non-blocking calls never arm it: an application
+ * that polls with pscom_test_any() pays a UCX progress per call, not a
+ * system call. Without connections the poller arms the worker by itself
+ * after UCP_ARM_IDLE_US of idle passes and leaves the core's passes for
+ * good (nothing but a stray event can come).
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -20,9 +25,8 @@
 
 #include "ucp_priv.h"
 
-/* Idle time before the worker is armed and the poller leaves. Below the
- * core's default spin time (PSP_WAIT_SPIN_US, 1000 us), so that a blocking
- * wait goes to sleep without extra naps. */
+/* Without connections: idle time before the worker is armed and the poller
+ * leaves the core's passes. */
 #define UCP_ARM_IDLE_US 500
 /* idle polls between two clock reads */
 #define UCP_IDLE_CLOCK_EVERY 32
@@ -98,25 +102,56 @@ static void ids_fini(void)
 
 /* ---- work lists ------------------------------------------------------------------ */
 
+/* Operations of ours in flight that need progress (pre-posted receives
+ * do not): they keep the worker from being armed. */
+static inline int ops_in_flight(void)
+{
+    return ucp_g.inflight > ucp_g.preposts || ucp_g.rx_inflight;
+}
+
 /* The worker's event fd is in the core's epoll set only while we sleep on
  * it: while the poller runs, UCX is progressed anyway, and an epoll set
- * nested in the core's would cost a little on every look at the fd set. */
-static int sleep_begin(void)
+ * nested in the core's would cost a little on every look at the fd set.
+ * Arm the worker and put its fd there: 1 if done, 0 if we must poll on
+ * (something in flight, an event pending, or no fd). */
+static int arm(void)
 {
+    if (ops_in_flight()) return 0;
+    ucs_status_t st  = ucp_worker_arm(ucp_g.worker);
+    ucp_g.must_probe = 1; /* arming may have progressed the worker */
+    if (st != UCS_OK) {
+        if (st != UCS_ERR_BUSY) plog_dbg("ucp: ucp_worker_arm(): %s", ucs_status_string(st));
+        return 0;
+    }
     /* without connections nothing but a stray event can come: a quiet fd
      * keeps the fd set out of other transports' busy-polling passes */
     ucp_g.efd.quiet = ucp_g.ncons == 0;
-    if (pscom_ufd_add(&ucp_g.efd) < 0) return -1;
+    if (pscom_ufd_add(&ucp_g.efd) < 0) return 0;
     ucp_g.armed = 1;
-    pscom_poller_del(&ucp_g.poller);
-    return 0;
+    return 1;
+}
+
+static void disarm(void)
+{
+    ucp_g.armed = 0;
+    pscom_ufd_del(&ucp_g.efd);
 }
 
 void ucp_sleep_end(void)
 {
-    ucp_g.armed = 0;
-    pscom_ufd_del(&ucp_g.efd);
+    disarm();
     pscom_poller_add(&ucp_g.poller);
+}
+
+/* pscom_poller_t.sleep and .wake: a blocking wait sleeps */
+static int ucp_sleep(pscom_poller_t *poller)
+{
+    return arm();
+}
+
+static void ucp_sleep_over(pscom_poller_t *poller)
+{
+    disarm();
 }
 
 void ucp_failed(ucp_con_t *uc)
@@ -304,34 +339,24 @@ static int ucp_poll(pscom_poller_t *poller)
     return poll_after(n, cbs, fast);
 }
 
-/* Operations of ours in flight that need progress (pre-posted receives
- * do not): they keep the worker from being armed. */
-static inline int ops_in_flight(void)
-{
-    return ucp_g.inflight > ucp_g.preposts || ucp_g.rx_inflight;
-}
-
 /* Every UCP_IDLE_CLOCK_EVERY idle passes: probe anyway (cheap, and
- * robust); arm the worker and leave once nothing of ours is in flight. */
+ * robust). Without connections, also arm the worker and leave the core's
+ * passes once idle for UCP_ARM_IDLE_US. */
 static __attribute__((noinline)) int poll_idle_clock(void)
 {
     ucp_g.idle_polls = 0;
     ucp_g.idle_pause = 1; /* a longer wait: pause in each pass (poll_idle) */
     ucp_g.must_probe = 1;
-    if (ops_in_flight()) return 0;
+    if (ucp_g.ncons || ops_in_flight()) return 0;
     uint64_t now = ucp_now_us();
     if (!ucp_g.idle_since_us) {
         ucp_g.idle_since_us = now;
         return 0;
     }
     if (now - ucp_g.idle_since_us < UCP_ARM_IDLE_US) return 0;
-    ucs_status_t st  = ucp_worker_arm(ucp_g.worker);
-    ucp_g.must_probe = 1; /* arming may have progressed the worker */
-    if (st == UCS_OK) {
+    if (arm()) { /* if the fd cannot be watched, we keep polling */
         ucp_g.idle_since_us = 0;
-        sleep_begin(); /* if the fd cannot be watched, we keep polling */
-    } else if (st != UCS_ERR_BUSY) {
-        plog_dbg("ucp: ucp_worker_arm(): %s", ucs_status_string(st));
+        pscom_poller_del(&ucp_g.poller);
     }
     return 0;
 }
@@ -413,10 +438,12 @@ int ucp_worker_ensure(void)
 
     ucp_log_release(0);
     held      = 0;
-    ucp_g.efd         = (pscom_ufd_t){.fd = efd, .events = EPOLLIN, .handler = efd_handler};
-    ucp_g.poller.poll = ucp_poll;
-    ucp_g.poller.busy = ucp_busy;
-    ucp_g.armed       = 0;
+    ucp_g.efd          = (pscom_ufd_t){.fd = efd, .events = EPOLLIN, .handler = efd_handler};
+    ucp_g.poller.poll  = ucp_poll;
+    ucp_g.poller.busy  = ucp_busy;
+    ucp_g.poller.sleep = ucp_sleep;
+    ucp_g.poller.wake  = ucp_sleep_over;
+    ucp_g.armed        = 0;
     pscom_poller_add(&ucp_g.poller);
     plog_dbg("ucp: UCX %s, worker address %zu bytes", ucp_get_version_string(), ucp_g.addr_len);
     return 0;

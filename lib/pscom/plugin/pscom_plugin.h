@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 8
+#define PSCOM_PLUGIN_ABI_VERSION 9
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -279,8 +279,21 @@ struct pscom_poller {
      * times as long, instead of napping 1 ms at a time: a nap would delay
      * the completion it waits for. Asked only when the wait would nap. */
     int (*busy)(pscom_poller_t *poller);
+    /* optional (ABI version 9; NULL: never leaves): a blocking wait is
+     * about to sleep in the kernel (epoll_wait). Arm an fd that wakes the
+     * poller's transport (pscom_ufd_add) and return non-zero: the core then
+     * takes the poller out of its passes until the wait has slept (then
+     * wake) or the transport calls pscom_poller_add() (from its fd's
+     * handler, or when it posts work). Return 0 to stay; the wait then
+     * naps 1 ms at a time. Non-blocking calls (pscom_test_any) never ask:
+     * a transport that polls them stays as cheap as its poll. */
+    int (*sleep)(pscom_poller_t *poller);
+    /* with sleep: the wait slept and the poller is still out. Take the fd
+     * out again; the core puts the poller back when this returns. */
+    void (*wake)(pscom_poller_t *poller);
     pscom_list_t next;
     int active;
+    int asleep; /* the core's: out by sleep, in its list of sleepers */
 };
 #define PSCOM_WAIT_BUSY_FACTOR 100
 PSCOM_PLUGIN_API void pscom_poller_add(pscom_poller_t *poller);
