@@ -15,6 +15,6 @@ cmake --build build/test-clang -j"$jobs"
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build/test-asan -DPSCOM_WERROR=ON -DPSCOM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build/test-asan -j"$jobs"
-# the 5 GiB message test runs in the plain build only (10 GiB under ASan's allocator)
+# the 4 GiB message test runs in the plain build only (8 GiB under ASan's allocator)
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/test-asan --output-on-failure -j"$jobs" -E 'itest_rndv_huge'
