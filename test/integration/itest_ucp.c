@@ -50,6 +50,13 @@
  *     at most one per clock tick (the core's look at its quiet fds), where
  *     an armed worker made one per call. The message sent then is received
  *     by the same loop.
+ *  9. self_burst: between two sockets of one process (UCX's "self" over
+ *     ucp-shm) a burst of small messages, sent before the receiver looks:
+ *     the first completes the receive the plugin keeps posted inside the
+ *     sender's ucp_tag_send_nbx (UCX's self transport delivers at once),
+ *     the others wait in UCX's unexpected queue for the poller's probe.
+ *     Received in order, one of them truncated, every byte and length
+ *     checked.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -476,6 +483,61 @@ static pscom_con_type_t self_connection_type(tu_ctx_t *ctx)
     return type;
 }
 
+/* ---- 9. self_burst (one process) ------------------------------------------------------ */
+
+#define SELF_BURST 48
+#define SELF_TRUNC 17 /* received into half the buffer */
+
+static size_t self_len(uint32_t i)
+{
+    return (i * 37u) % 300u; /* 0..299 bytes: with the xheader, a MSG each */
+}
+
+static int self_burst_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *a = tu_open_socket(ctx, 0, 0);
+    pscom_socket_t *b = tu_open_socket(ctx, 0, 0);
+    TU_ASSERT_OK(pscom_listen(a, PSCOM_ANYPORT));
+    char *ep = NULL;
+    TU_ASSERT_OK(pscom_socket_get_ep_str(a, &ep));
+    pscom_connection_t *con = pscom_open_connection(b);
+    TU_ASSERT_OK(pscom_connect(con, ep, PSCOM_RANK_UNDEFINED, PSCOM_CON_FLAG_DIRECT));
+    tu_check_con_type(con);
+    pscom_connection_t *acc = pscom_get_next_connection(a, NULL);
+    while (!acc) {
+        pscom_test_any();
+        acc = pscom_get_next_connection(a, NULL);
+    }
+    unsigned char buf[300];
+    for (uint32_t i = 0; i < SELF_BURST; i++) {
+        tu_fill(buf, self_len(i), 500 + i);
+        pscom_send(con, &i, sizeof(i), buf, self_len(i));
+    }
+    for (uint32_t i = 0; i < SELF_BURST; i++) {
+        size_t len = self_len(i), cap = i == SELF_TRUNC ? len / 2 : len;
+        memset(buf, 0xee, sizeof(buf));
+        pscom_request_t *req = tu_post_recv(acc, buf, cap, sizeof(uint32_t));
+        pscom_wait(req);
+        if (i == SELF_TRUNC) {
+            TU_ASSERT_STATE_HAS(req->state, PSCOM_REQ_STATE_TRUNCATED);
+        } else {
+            TU_ASSERT_SUCCESSFUL(req);
+        }
+        uint32_t seq;
+        memcpy(&seq, (const void *)&req->xheader, sizeof(seq));
+        TU_ASSERT_MSG(seq == i, "got message %u, expected %u", seq, i);
+        TU_ASSERT_EQ(req->header.data_len, len);
+        TU_ASSERT_PATTERN(buf, cap, 500 + i);
+        for (size_t k = cap; k < sizeof(buf); k++) TU_ASSERT_EQ(buf[k], 0xee);
+        pscom_request_free(req);
+    }
+    pscom_socket_free_ep_str(ep);
+    pscom_close_connection(con);
+    pscom_close_socket(b);
+    pscom_close_socket(a);
+    return 0;
+}
+
 static int noinit_server(tu_ctx_t *ctx)
 {
     int total;
@@ -505,6 +567,7 @@ int main(void)
     if (tu_run("ucp_long_headers", 1, hdr_server, hdr_client, NULL)) return 1;
     if (tu_run("ucp_busy_wait", 1, busy_server, busy_client, NULL)) return 1;
     if (tu_run("ucp_test_loop", 1, loop_server, loop_client, NULL)) return 1;
+    if (tu_run("ucp_self_burst", 0, self_burst_server, NULL, NULL)) return 1;
 
     /* 3: the children inherit this environment (pscom_init after fork) */
     char *tls = getenv("UCX_TLS") ? strdup(getenv("UCX_TLS")) : NULL;

@@ -532,16 +532,19 @@ static int data_early(ucp_con_t *uc)
  * connection's receive buffer. UCX then places a small message directly
  * (as for an application's pre-posted receive) instead of queueing it as
  * unexpected for our probe. A HEAD that arrives instead is probed as usual;
- * ucp_rx_arrived() then cancels the pre-posted receive first. A message
- * that is there already is handled as probed (rx_next_there).
+ * ucp_rx_arrived() then cancels the pre-posted receive first.
+ * A MSG that is in UCX's unexpected queue already completes the receive
+ * inside the post: with UCP_OP_ATTR_FLAG_NO_IMM_CMPL UCX runs the callback
+ * there with the message's length (without the flag UCX 1.13 completes it
+ * at once and tells no length, so a short message could not be told from
+ * a whole one; until 2026-11-27 each pre-post probed first for that,
+ * rx_next_there: about 50 instructions per message).
  * Returns 1 when posted (pending) or the connection stopped reading, 0
  * when a message was delivered at once (the caller looks again).
  */
-static ucp_tag_recv_info_t prepost_info; /* filled if UCX completes at once (unused) */
 static const ucp_request_param_t prepost_prm = {
-    .op_attr_mask       = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_RECV_INFO,
-    .cb.recv            = recv_cb,
-    .recv_info.tag_info = &prepost_info,
+    .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+    .cb.recv      = recv_cb,
 };
 
 static int rx_prepost(ucp_con_t *uc)
@@ -549,17 +552,15 @@ static int rx_prepost(ucp_con_t *uc)
     if (uc->rx_req || uc->rx_data_len || uc->rx_failed || uc->closed || !uc->started ||
         !pscom_list_empty(&uc->stash))
         return 1;
-    ucp_tag_recv_info_t info;
-    ucp_tag_message_h msg = rx_next_there(uc, &info);
-    if (msg) return rx_handle(uc, msg, &info);
     if (!uc->rxbuf) {
         uc->rxbuf = malloc(RXBUF_MIN);
         if (!uc->rxbuf) return 1; /* then MSGs are probed */
         uc->rxbuf_cap = RXBUF_MIN;
     }
+    size_t len = SIZE_MAX; /* unknown: UCX completed it without the callback */
     ucs_status_ptr_t st =
         rx_tag_recv(uc->rxbuf, UCP_MSG_MAX, ucpt_make(uc->id, UCPT_MSG, uc->rx_seq), &prepost_prm,
-                    NULL);
+                    &len);
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_PREPOST, uc->id);
@@ -571,13 +572,8 @@ static int rx_prepost(ucp_con_t *uc)
         rx_fail(uc, "receive", UCS_PTR_STATUS(st));
         return 1;
     }
-    /* completed at once: not expected after rx_next_there()'s miss. UCX
-     * 1.13 does not fill info then: the length is the header's (deliver()
-     * checks it against UCP_MSG_MAX) */
-    size_t xlen, dlen;
-    pscom_wire_header_get(uc->rxbuf, &xlen, &dlen);
     uc->rx_seq++;
-    return deliver(uc, uc->rxbuf, dlen > UCP_MSG_MAX ? SIZE_MAX : 8 + xlen + dlen, UCPT_MSG);
+    return deliver(uc, uc->rxbuf, len, UCPT_MSG); /* SIZE_MAX: a protocol error */
 }
 
 void ucp_rx_fast(ucp_con_t *uc)
