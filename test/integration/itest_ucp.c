@@ -288,6 +288,27 @@ static int busy_client(tu_ctx_t *ctx)
 
 /* ---- 7. eager_burst ------------------------------------------------------------------ */
 
+/* Receive message i (its number in the xheader) of len bytes into
+ * buf[cap], truncated where cap < len; checked against the pattern seed. */
+static void recv_numbered(pscom_connection_t *con, unsigned char *buf, size_t cap, size_t len,
+                          uint32_t i, uint32_t seed)
+{
+    pscom_request_t *req = tu_post_recv(con, buf, cap, sizeof(uint32_t));
+    pscom_wait(req);
+    if (cap < len) {
+        TU_ASSERT_MSG(req->state & PSCOM_REQ_STATE_TRUNCATED, "message %u: state 0x%x", i,
+                      (unsigned)req->state);
+    } else {
+        TU_ASSERT_SUCCESSFUL(req);
+    }
+    uint32_t seq;
+    memcpy(&seq, (const void *)&req->xheader, sizeof(seq));
+    TU_ASSERT_MSG(seq == i, "got message %u, expected %u", seq, i);
+    TU_ASSERT_EQ(req->header.data_len, len);
+    TU_ASSERT_PATTERN(buf, cap, seed);
+    pscom_request_free(req);
+}
+
 /* about 110 KiB in all: fits into UCX's shared-memory FIFO (64 segments of
  * 8 KiB) and a loopback socket's buffer, so that the sends complete while
  * the receiver does not progress */
@@ -304,20 +325,7 @@ static int burst_server(tu_ctx_t *ctx)
         size_t len           = burst_len[i];
         size_t cap           = i == BURST_TRUNC ? len / 2 : len;
         unsigned char *buf   = tu_malloc(cap);
-        pscom_request_t *req = tu_post_recv(con, buf, cap, sizeof(uint32_t));
-        pscom_wait(req);
-        if (i == BURST_TRUNC) {
-            TU_ASSERT_MSG(req->state & PSCOM_REQ_STATE_TRUNCATED, "message %u: state 0x%x", i,
-                          (unsigned)req->state);
-        } else {
-            TU_ASSERT_SUCCESSFUL(req);
-        }
-        uint32_t seq;
-        memcpy(&seq, (const void *)&req->xheader, sizeof(seq));
-        TU_ASSERT_MSG(seq == i, "got message %u, expected %u", seq, i);
-        TU_ASSERT_EQ(req->header.data_len, len);
-        TU_ASSERT_PATTERN(buf, cap, 70 + i);
-        pscom_request_free(req);
+        recv_numbered(con, buf, cap, len, i, 70 + i);
         free(buf);
     }
     tu_send_tag(con, TAG_MSG);
@@ -456,30 +464,44 @@ static int captured_lines(const char *what, int *total)
     return hits;
 }
 
+/* Two sockets of this process, b connected to a (DIRECT): con is b's end,
+ * acc a's. */
+typedef struct self_pair {
+    pscom_socket_t *a, *b;
+    pscom_connection_t *con, *acc;
+} self_pair_t;
+
+static void self_pair_open(tu_ctx_t *ctx, self_pair_t *p)
+{
+    p->a = tu_open_socket(ctx, 0, 0);
+    p->b = tu_open_socket(ctx, 0, 0);
+    TU_ASSERT_OK(pscom_listen(p->a, PSCOM_ANYPORT));
+    char *ep = NULL;
+    TU_ASSERT_OK(pscom_socket_get_ep_str(p->a, &ep));
+    p->con = pscom_open_connection(p->b);
+    TU_ASSERT_OK(pscom_connect(p->con, ep, PSCOM_RANK_UNDEFINED, PSCOM_CON_FLAG_DIRECT));
+    pscom_socket_free_ep_str(ep);
+    while (!(p->acc = pscom_get_next_connection(p->a, NULL))) pscom_test_any();
+}
+
+static void self_pair_close(self_pair_t *p)
+{
+    pscom_close_connection(p->con);
+    pscom_close_socket(p->b);
+    pscom_close_socket(p->a);
+}
+
 /* A connection between two sockets of this process; returns its type. */
 static pscom_con_type_t self_connection_type(tu_ctx_t *ctx)
 {
-    pscom_socket_t *a = tu_open_socket(ctx, 0, 0);
-    pscom_socket_t *b = tu_open_socket(ctx, 0, 0);
-    TU_ASSERT_OK(pscom_listen(a, PSCOM_ANYPORT));
-    char *ep = NULL;
-    TU_ASSERT_OK(pscom_socket_get_ep_str(a, &ep));
-    pscom_connection_t *con = pscom_open_connection(b);
-    TU_ASSERT_OK(pscom_connect(con, ep, PSCOM_RANK_UNDEFINED, PSCOM_CON_FLAG_DIRECT));
-    pscom_con_type_t type = con->type;
+    self_pair_t p;
+    self_pair_open(ctx, &p);
+    pscom_con_type_t type = p.con->type;
     uint32_t v = 42, w = 0;
-    pscom_send(con, NULL, 0, &v, sizeof(v));
-    pscom_connection_t *acc = pscom_get_next_connection(a, NULL);
-    while (!acc) {
-        pscom_test_any();
-        acc = pscom_get_next_connection(a, NULL);
-    }
-    TU_ASSERT_OK(pscom_recv_from(acc, NULL, 0, &w, sizeof(w)));
+    pscom_send(p.con, NULL, 0, &v, sizeof(v));
+    TU_ASSERT_OK(pscom_recv_from(p.acc, NULL, 0, &w, sizeof(w)));
     TU_ASSERT_EQ(w, 42);
-    pscom_socket_free_ep_str(ep);
-    pscom_close_connection(con);
-    pscom_close_socket(b);
-    pscom_close_socket(a);
+    self_pair_close(&p);
     return type;
 }
 
@@ -495,46 +517,21 @@ static size_t self_len(uint32_t i)
 
 static int self_burst_server(tu_ctx_t *ctx)
 {
-    pscom_socket_t *a = tu_open_socket(ctx, 0, 0);
-    pscom_socket_t *b = tu_open_socket(ctx, 0, 0);
-    TU_ASSERT_OK(pscom_listen(a, PSCOM_ANYPORT));
-    char *ep = NULL;
-    TU_ASSERT_OK(pscom_socket_get_ep_str(a, &ep));
-    pscom_connection_t *con = pscom_open_connection(b);
-    TU_ASSERT_OK(pscom_connect(con, ep, PSCOM_RANK_UNDEFINED, PSCOM_CON_FLAG_DIRECT));
-    tu_check_con_type(con);
-    pscom_connection_t *acc = pscom_get_next_connection(a, NULL);
-    while (!acc) {
-        pscom_test_any();
-        acc = pscom_get_next_connection(a, NULL);
-    }
+    self_pair_t p;
+    self_pair_open(ctx, &p);
+    tu_check_con_type(p.con);
     unsigned char buf[300];
     for (uint32_t i = 0; i < SELF_BURST; i++) {
         tu_fill(buf, self_len(i), 500 + i);
-        pscom_send(con, &i, sizeof(i), buf, self_len(i));
+        pscom_send(p.con, &i, sizeof(i), buf, self_len(i));
     }
     for (uint32_t i = 0; i < SELF_BURST; i++) {
         size_t len = self_len(i), cap = i == SELF_TRUNC ? len / 2 : len;
         memset(buf, 0xee, sizeof(buf));
-        pscom_request_t *req = tu_post_recv(acc, buf, cap, sizeof(uint32_t));
-        pscom_wait(req);
-        if (i == SELF_TRUNC) {
-            TU_ASSERT_STATE_HAS(req->state, PSCOM_REQ_STATE_TRUNCATED);
-        } else {
-            TU_ASSERT_SUCCESSFUL(req);
-        }
-        uint32_t seq;
-        memcpy(&seq, (const void *)&req->xheader, sizeof(seq));
-        TU_ASSERT_MSG(seq == i, "got message %u, expected %u", seq, i);
-        TU_ASSERT_EQ(req->header.data_len, len);
-        TU_ASSERT_PATTERN(buf, cap, 500 + i);
+        recv_numbered(p.acc, buf, cap, len, i, 500 + i);
         for (size_t k = cap; k < sizeof(buf); k++) TU_ASSERT_EQ(buf[k], 0xee);
-        pscom_request_free(req);
     }
-    pscom_socket_free_ep_str(ep);
-    pscom_close_connection(con);
-    pscom_close_socket(b);
-    pscom_close_socket(a);
+    self_pair_close(&p);
     return 0;
 }
 
