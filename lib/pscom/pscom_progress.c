@@ -29,9 +29,9 @@
  * looking takes about 1/FD_POLL_SHARE of the busy-polling time, up to
  * FD_POLL_MAX passes (400 passes here, 53 where the call costs 0.16 us).
  * With 32 passes of 30 ns and a call of 1.2 us, an idle tcp connection
- * took the 8 B latency over shm from 0.42 to 0.8-1.07 us (now 0.51-0.55),
- * while a tcp message that comes after a millisecond of silence now waits
- * about 6 us longer to be seen. */
+ * cost the 8 B latency over shm 1.87x (bench/mixed.sh; now 1.22x), while
+ * a tcp message that comes after a millisecond of silence now waits about
+ * 6 us longer to be seen. */
 #define FD_POLL_EVERY 32
 #define FD_POLL_SHARE 10
 #define FD_POLL_MAX   1024
