@@ -303,13 +303,6 @@ static unsigned fd_every = FD_POLL_EVERY;
 static unsigned fds_passes;
 static uint64_t fds_end_ns, fds_event_ns;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* A busy-polling pass looked at the hot fds from t0 to t1: adapt fd_every
  * to the cost of that against the passes since the last look. */
 static void fd_every_adapt(uint64_t t0, uint64_t t1)
@@ -339,14 +332,14 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
         pthread_mutex_lock(&pscom.lock);
         sleepers--;
     } else if (!timeout_ms && hot_fds && pollers_active) { /* a busy-polling pass */
-        uint64_t t0 = now_ns();
+        uint64_t t0 = pscom_time_ns();
         n           = epoll_wait(epfd, evs, MAX_EVENTS, 0);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = pscom_time_ns();
         if (n > 0) fds_event_ns = t1;
         fd_every_adapt(t0, t1);
     } else {
         n = epoll_wait(epfd, evs, MAX_EVENTS, timeout_ms);
-        if (n > 0 && hot_fds) fds_event_ns = now_ns();
+        if (n > 0 && hot_fds) fds_event_ns = pscom_time_ns();
     }
     if (n < 0) {
         if (errno != EINTR) plog_err("epoll_wait() failed: %m");

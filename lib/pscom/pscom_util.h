@@ -35,11 +35,16 @@ int pscom_nodeid_compute(const char *network);
 int pscom_nodeid_lookup(const char *network);
 
 /* monotonic time */
-static inline uint64_t pscom_time_us(void)
+static inline uint64_t pscom_time_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t pscom_time_us(void)
+{
+    return pscom_time_ns() / 1000u;
 }
 
 #endif /* PSCOM_UTIL_H */

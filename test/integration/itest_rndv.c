@@ -161,12 +161,7 @@ static int sizes_server(tu_ctx_t *ctx)
         size_t rss0 = tu_rss_bytes();
         tu_signal(ctx, 1, SIG_GO);
         TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_SENT);
-        pscom_request_t *p = pscom_request_create(sizeof(xh_t), 0);
-        TU_ASSERT_NOT_NULL(p);
-        p->connection  = con;
-        p->socket      = sock;
-        p->xheader_len = sizeof(xh_t);
-        p->data_len    = len;
+        pscom_request_t *p = tu_make_recv(con, NULL, len, sizeof(xh_t));
         pscom_probe(p);
         TU_ASSERT_EQ(p->header.data_len, len);
         TU_ASSERT_EQ(xh_of(p).seq, seq);
@@ -246,11 +241,7 @@ static int trunc_server(tu_ctx_t *ctx)
         tu_signal(ctx, 1, SIG_GO);
         if (round == 1) {
             TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_SENT);
-            pscom_request_t *p = pscom_request_create(sizeof(xh_t), 0);
-            p->connection      = con;
-            p->socket          = sock;
-            p->xheader_len     = sizeof(xh_t);
-            p->data_len        = cap;
+            pscom_request_t *p = tu_make_recv(con, NULL, cap, sizeof(xh_t));
             pscom_probe(p);
             TU_ASSERT_EQ(p->header.data_len, len);
             TU_ASSERT_STATE_HAS(p->state, PSCOM_REQ_STATE_TRUNCATED);

@@ -150,12 +150,7 @@ static int server(tu_ctx_t *ctx)
     tu_signal(ctx, 1, SIG_GO);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), SIG_SENT);
     size_t rss0        = tu_rss_bytes();
-    pscom_request_t *p = pscom_request_create(sizeof(xh_t), 0);
-    TU_ASSERT_NOT_NULL(p);
-    p->connection  = con;
-    p->socket      = sock;
-    p->xheader_len = sizeof(xh_t);
-    p->data_len    = HUGE_LEN;
+    pscom_request_t *p = tu_make_recv(con, NULL, HUGE_LEN, sizeof(xh_t));
     pscom_probe(p);
     TU_ASSERT_EQ(p->header.data_len, HUGE_LEN);
     TU_ASSERT_STATE_LACKS(p->state, PSCOM_REQ_STATE_TRUNCATED);
