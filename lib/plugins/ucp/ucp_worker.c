@@ -283,12 +283,17 @@ static __attribute__((noinline)) void poll_before(void)
     }
 }
 
+/* poll_work() has something to do whatever progress reported */
+static inline int work_pending(void)
+{
+    return ucp_g.must_probe || !pscom_list_empty(&ucp_g.dirty) || !pscom_list_empty(&ucp_g.failed);
+}
+
 /* nothing but the one delivery of this pass happened: the rest of
  * poll_work() has nothing to do */
 static inline int only_delivered(unsigned n)
 {
-    return n == 1 && !ucp_g.must_probe && pscom_list_empty(&ucp_g.dirty) &&
-           pscom_list_empty(&ucp_g.failed);
+    return n == 1 && !work_pending();
 }
 
 /* The probe now and then of busy passes (poll_work) is left to the next
@@ -317,9 +322,7 @@ static __attribute__((noinline)) int poll_after(unsigned n, unsigned cbs, int fa
         fast    = 1;
     }
     if (fast && only_delivered(n)) return poll_delivered();
-    if (n || ucp_g.must_probe || !pscom_list_empty(&ucp_g.dirty) ||
-        !pscom_list_empty(&ucp_g.failed))
-        return poll_work(n, ucp_g.rx_cbs - cbs);
+    if (n || work_pending()) return poll_work(n, ucp_g.rx_cbs - cbs);
     return poll_idle();
 }
 
@@ -337,6 +340,10 @@ static int ucp_poll(pscom_poller_t *poller)
     if (fast) {
         ucp_g.rx_direct = 0;
         if (pscom_likely(!ucp_g.rx_fast && only_delivered(n))) return poll_delivered();
+    } else if (pscom_likely(!n) && !ucp_g.rx_fast && !work_pending()) {
+        /* the idle pass (most passes of a wait) without poll_after's call
+         * and checks: 22 instructions fewer per pass (README.md) */
+        return poll_idle();
     }
     return poll_after(n, cbs, fast);
 }
