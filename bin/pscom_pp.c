@@ -331,6 +331,18 @@ static int server_wait(pscom_request_t *req, pp_peer_t *peer)
     return 1;
 }
 
+/* Post the server's receive for the next message of con into buf. */
+static inline void post_echo_recv(pscom_request_t *rreq, pscom_connection_t *con, void *buf,
+                                  size_t cap)
+{
+    rreq->connection  = con;
+    rreq->socket      = con->socket;
+    rreq->xheader_len = PP_MAX_XHEADER;
+    rreq->data        = buf;
+    rreq->data_len    = cap;
+    pscom_post_recv(rreq);
+}
+
 /* Echo every message of one client until it closes the connection. */
 static void serve_peer(pp_peer_t *peer, pscom_request_t **rreqp, pscom_request_t **sreqp,
                        void **bufp, size_t *capp)
@@ -339,12 +351,7 @@ static void serve_peer(pp_peer_t *peer, pscom_request_t **rreqp, pscom_request_t
     pscom_request_t *rreq = *rreqp, *sreq = *sreqp;
     int warned = 0;
 
-    rreq->connection  = con;
-    rreq->socket      = con->socket;
-    rreq->xheader_len = PP_MAX_XHEADER;
-    rreq->data        = *bufp;
-    rreq->data_len    = *capp;
-    pscom_post_recv(rreq);
+    post_echo_recv(rreq, con, *bufp, *capp);
 
     for (;;) {
         size_t xlen, dlen;
@@ -405,12 +412,7 @@ static void serve_peer(pp_peer_t *peer, pscom_request_t **rreqp, pscom_request_t
 
         /* The next message cannot arrive before the client got this reply
          * completely, so the receive can share the buffer. */
-        rreq->connection  = con;
-        rreq->socket      = con->socket;
-        rreq->xheader_len = PP_MAX_XHEADER;
-        rreq->data        = *bufp;
-        rreq->data_len    = *capp;
-        pscom_post_recv(rreq);
+        post_echo_recv(rreq, con, *bufp, *capp);
 
         if (!server_wait(sreq, peer)) {
             if (!pscom_cancel_send(sreq) && !pscom_req_is_done(sreq)) {
