@@ -790,7 +790,11 @@ void ucp_rx_close_end(ucp_con_t *uc)
     if (!r->completed && r->type == UCP_REQ_DATA) {
         uint64_t t0 = ucp_now_us();
         while (!r->completed && ucp_now_us() - t0 < UCP_RX_DRAIN_US) ucp_worker_progress(ucp_g.worker);
-        if (!r->completed) plog_dbg("%s: ucp: a receive did not end at close", pscom_con_name(uc->con));
+        /* not silent: the buffer goes back while UCX may still write it */
+        if (!r->completed)
+            plog_err("%s: ucp: a receive of %zu bytes did not end within %d ms of the close; UCX "
+                     "may still write into its buffer",
+                     pscom_con_name(uc->con), r->len, UCP_RX_DRAIN_US / 1000);
     }
     uc->rx_req = NULL;
     if (r->type != UCP_REQ_PREPOST) ucp_g.rx_inflight--;
