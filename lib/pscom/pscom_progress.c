@@ -267,16 +267,24 @@ static int run_timers(int *timeout_ms)
     return ran;
 }
 
+/* blocking waits running their passes (pscom_wait_until; nested in a
+ * completion callback, or other threads'): the one active poller may spin
+ * (pscom_poller_t.spin) */
+static unsigned waiters;
+
 static inline int poll_transports(void)
 {
     int progress = 0;
     pscom_list_t *pos, *tmp;
     if (pscom_likely(pollers_active == 1)) { /* the usual case: one polled transport */
         pscom_poller_t *p = pscom_list_entry(pollers.next, pscom_poller_t, next);
+        p->spin           = waiters ? PSCOM_POLL_SPIN : 1;
         return p->poll(p);
     }
+    /* several: none may keep the others waiting */
     pscom_list_for_each_safe(pos, tmp, &pollers) {
         pscom_poller_t *p = pscom_list_entry(pos, pscom_poller_t, next);
+        p->spin           = 1;
         progress |= p->poll(p);
     }
     return progress;
@@ -440,11 +448,10 @@ static void offer_cpu(void)
     if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
 }
 
-void pscom_wait_until(int (*done)(void *arg), void *arg)
+static void wait_passes(int (*done)(void *arg), void *arg)
 {
     uint64_t idle_since = 0, next_yield = YIELD_EVERY_US;
     unsigned idle_passes = 0;
-    if (done(arg)) return;
     for (;;) {
         uint64_t before = pscom.progress_counter;
         pscom_progress(0);
@@ -492,4 +499,12 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
         if (!pscom_list_empty(&pscom.io_doneq)) pscom_req_run_io_done();
         if (done(arg)) return;
     }
+}
+
+void pscom_wait_until(int (*done)(void *arg), void *arg)
+{
+    if (done(arg)) return;
+    waiters++;
+    wait_passes(done, arg);
+    waiters--;
 }

@@ -20,6 +20,9 @@
  * while the wait sleeps, and is woken (wake hook) and back afterwards; one
  * that comes back by itself (pscom_poller_add from its fd's handler) is
  * not woken again.
+ *
+ * The one active poller may run several rounds per pass in a blocking
+ * wait (pscom_poller_t.spin), never in non-blocking calls.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -45,8 +48,18 @@ static int op_done;
 static int fake_busy;
 static unsigned busy_calls;
 
+/* the spin hints the fake poller was given (pscom_poller_t.spin) */
+static unsigned spin_min = ~0u, spin_max;
+
+static void saw_spin(unsigned spin)
+{
+    if (spin < spin_min) spin_min = spin;
+    if (spin > spin_max) spin_max = spin;
+}
+
 static int fake_poll(pscom_poller_t *poller)
 {
+    saw_spin(poller->spin);
     if (op_done || pscom_time_us() < done_at_us) return 0;
     op_done = 1;
     pscom.progress_counter++; /* what completes a request does this */
@@ -97,6 +110,8 @@ static uint64_t wait_op(unsigned spin_us, unsigned op_ms, int busy, int has_busy
     fake_busy                 = busy;
     busy_calls                = 0;
     yields                    = 0;
+    spin_min                  = ~0u;
+    spin_max                  = 0;
     op_done                   = 0;
     done_at_us                = pscom_time_us() + (uint64_t)op_ms * 1000u;
     pscom_poller_add(&poller);
@@ -241,6 +256,39 @@ static void test_busy_spin0(void **state)
     assert_true(wait_op(0, 5, 1, 1) >= 1);
 }
 
+/* The spin hint: a blocking wait's passes let the one active poller run
+ * PSCOM_POLL_SPIN rounds; non-blocking calls, and passes with several
+ * pollers (none may keep the others waiting), only one. */
+static unsigned other_spin_max;
+static int other_poll(pscom_poller_t *p)
+{
+    if (p->spin > other_spin_max) other_spin_max = p->spin;
+    return 0;
+}
+
+static void test_spin_hint(void **state)
+{
+    assert_true(PSCOM_POLL_SPIN > 1);
+    wait_op(1000, 1, 0, 1);
+    assert_int_equal(spin_min, PSCOM_POLL_SPIN);
+    assert_int_equal(spin_max, PSCOM_POLL_SPIN);
+
+    pscom_poller_add(&poller);
+    spin_min = ~0u;
+    spin_max = 0;
+    for (int i = 0; i < 3; i++) pscom_test_any();
+    pscom_poller_del(&poller);
+    assert_int_equal(spin_min, 1);
+    assert_int_equal(spin_max, 1);
+
+    pscom_poller_t other = {.poll = other_poll};
+    pscom_poller_add(&other);
+    wait_op(1000, 1, 0, 1);
+    pscom_poller_del(&other);
+    assert_int_equal(spin_max, 1);
+    assert_int_equal(other_spin_max, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_sleep_hook),
         cmocka_unit_test(test_sleep_refused),
         cmocka_unit_test(test_sleep_self_wake),
+        cmocka_unit_test(test_spin_hint),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

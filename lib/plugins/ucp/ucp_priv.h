@@ -213,7 +213,7 @@ typedef struct ucp_global {
     unsigned busy_polls;       /* passes with progress since the last probe */
     uint64_t idle_since_us;
     unsigned idle_polls;
-    int idle_pause;            /* idle for more than UCP_IDLE_CLOCK_EVERY passes: pause */
+    int idle_pause;            /* idle for UCP_IDLE_CLOCK_EVERY rounds: pause */
     unsigned inflight;         /* our UCX requests not completed */
     unsigned preposts;         /* ... of which UCP_REQ_PREPOST (they need no progress) */
     unsigned rx_inflight;      /* receives + stashed messages (PSP_UCP_MAX_RECV) */

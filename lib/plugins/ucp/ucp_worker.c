@@ -28,8 +28,10 @@
 /* Without connections: idle time before the worker is armed and the poller
  * leaves the core's passes. */
 #define UCP_ARM_IDLE_US 500
-/* idle polls between two clock reads */
-#define UCP_IDLE_CLOCK_EVERY 32
+/* idle rounds of UCX progress between two clock reads (and probes), and
+ * before an idle wait pauses: 64 rounds take about as long as 32 passes
+ * did before a wait's pass ran several rounds (pscom_poller_t.spin) */
+#define UCP_IDLE_CLOCK_EVERY 64
 /* passes with progress between two probes that nothing asked for (power of 2) */
 #define UCP_BUSY_PROBE_EVERY 16
 /* bounded wait for endpoint close requests at fini */
@@ -202,7 +204,7 @@ static inline void ucp_cpu_relax(void)
 
 static int in_poll;
 
-static inline int poll_idle(void);
+static inline void poll_idle(unsigned rounds);
 static int poll_idle_clock(void);
 
 /* The part of a pass after ucp_worker_progress() reported n events, cbs of
@@ -253,21 +255,22 @@ static __attribute__((noinline)) int poll_work(unsigned n, unsigned cbs)
         ucp_g.idle_pause    = 0;
         return 1;
     }
-    return poll_idle();
+    poll_idle(1);
+    return 0;
 }
 
-/* Nothing happened in this pass. */
-static inline int poll_idle(void)
+/* Nothing happened in the last rounds of UCX progress. */
+static inline void poll_idle(unsigned rounds)
 {
     /* The core's busy wait leaves the pause between passes to the pollers.
-     * Not in the first UCP_IDLE_CLOCK_EVERY idle passes after activity
+     * Not in the first UCP_IDLE_CLOCK_EVERY idle rounds after activity
      * (until poll_idle_clock() sets idle_pause): a ping-pong's wait for its
      * answer is that short, and a pause there delays seeing the answer
      * (8 B over posix: 3 % of the latency). Longer waits pause in every
      * pass, which leaves a core's SMT sibling its share. */
     if (ucp_g.idle_pause) ucp_cpu_relax();
-    if (pscom_likely(++ucp_g.idle_polls < UCP_IDLE_CLOCK_EVERY)) return 0;
-    return poll_idle_clock();
+    ucp_g.idle_polls += rounds;
+    if (pscom_unlikely(ucp_g.idle_polls >= UCP_IDLE_CLOCK_EVERY)) poll_idle_clock();
 }
 
 /* Before UCX progress: what the last delivery left for later
@@ -323,7 +326,8 @@ static __attribute__((noinline)) int poll_after(unsigned n, unsigned cbs, int fa
     }
     if (fast && only_delivered(n)) return poll_delivered();
     if (n || work_pending()) return poll_work(n, ucp_g.rx_cbs - cbs);
-    return poll_idle();
+    poll_idle(1);
+    return 0;
 }
 
 static int ucp_poll(pscom_poller_t *poller)
@@ -331,24 +335,36 @@ static int ucp_poll(pscom_poller_t *poller)
     if (in_poll) return 0;
     if (ucp_g.rx_done || !pscom_list_empty(&ucp_g.prepost)) poll_before();
     unsigned cbs = ucp_g.rx_cbs;
-    ucp_g.in_poll_progress = 1;
-    unsigned n             = ucp_worker_progress(ucp_g.worker);
-    ucp_g.in_poll_progress = 0;
+    /* Rounds of progress while nothing happens (pscom_poller_t.spin): more
+     * than one in the passes of a blocking wait, where the core's part of
+     * a pass would delay seeing a message; one once the wait pauses. A
+     * round asks only whether UCX reported events or recv_cb delivered:
+     * what a callback records without an event counted waits for the end
+     * of the rounds (8 rounds, about 0.2 us). */
+    unsigned rounds = ucp_g.idle_pause || !poller->spin ? 1 : poller->spin;
+    unsigned spin   = rounds, n;
+    int fast;
+    do {
+        ucp_g.in_poll_progress = 1;
+        n                      = ucp_worker_progress(ucp_g.worker);
+        ucp_g.in_poll_progress = 0;
+        fast                   = ucp_g.rx_direct;
+    } while (!n && !fast && --spin);
     /* the usual pass with a message: recv_cb completed a posted receive
      * (ucp_recv.c rx_posted), and that was all */
-    int fast = ucp_g.rx_direct;
     if (fast) {
         ucp_g.rx_direct = 0;
         if (pscom_likely(!ucp_g.rx_fast && only_delivered(n))) return poll_delivered();
     } else if (pscom_likely(!n) && !ucp_g.rx_fast && !work_pending()) {
-        /* the idle pass (most passes of a wait) without poll_after's call
-         * and checks: 22 instructions fewer per pass (README.md) */
-        return poll_idle();
+        /* idle rounds (most of a wait), without poll_after's call and
+         * checks (README.md, *8 B latency*) */
+        poll_idle(rounds);
+        return 0;
     }
     return poll_after(n, cbs, fast);
 }
 
-/* Every UCP_IDLE_CLOCK_EVERY idle passes: probe anyway (cheap, and
+/* Every UCP_IDLE_CLOCK_EVERY idle rounds: probe anyway (cheap, and
  * robust). Without connections, also arm the worker and leave the core's
  * passes once idle for UCP_ARM_IDLE_US. */
 static __attribute__((noinline)) int poll_idle_clock(void)

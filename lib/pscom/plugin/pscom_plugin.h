@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 9
+#define PSCOM_PLUGIN_ABI_VERSION 10
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -291,11 +291,19 @@ struct pscom_poller {
     /* with sleep: the wait slept and the poller is still out. Take the fd
      * out again; the core puts the poller back when this returns. */
     void (*wake)(pscom_poller_t *poller);
+    /* set by the core before each poll (ABI version 10): how many rounds of
+     * polling a poll that finds nothing may run before it returns. 1 in
+     * non-blocking calls (pscom_test_any) and while several pollers are
+     * active; PSCOM_POLL_SPIN in the passes of a blocking wait, where the
+     * core's own work between polls would otherwise delay seeing a message
+     * by half a pass on average. */
+    unsigned spin;
     pscom_list_t next;
     int active;
     int asleep; /* the core's: out by sleep, in its list of sleepers */
 };
 #define PSCOM_WAIT_BUSY_FACTOR 100
+#define PSCOM_POLL_SPIN        8
 PSCOM_PLUGIN_API void pscom_poller_add(pscom_poller_t *poller);
 PSCOM_PLUGIN_API void pscom_poller_del(pscom_poller_t *poller);
 
