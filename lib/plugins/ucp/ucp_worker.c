@@ -330,6 +330,15 @@ static __attribute__((noinline)) int poll_after(unsigned n, unsigned cbs, int fa
     return 0;
 }
 
+/* one round of UCX progress; returns its count of events */
+static inline unsigned progress_round(void)
+{
+    ucp_g.in_poll_progress = 1;
+    unsigned n             = ucp_worker_progress(ucp_g.worker);
+    ucp_g.in_poll_progress = 0;
+    return n;
+}
+
 static int ucp_poll(pscom_poller_t *poller)
 {
     if (in_poll) return 0;
@@ -341,15 +350,17 @@ static int ucp_poll(pscom_poller_t *poller)
      * round asks only whether UCX reported events or recv_cb delivered:
      * what a callback records without an event counted waits for the end
      * of the rounds (8 rounds, about 0.2 us). */
-    unsigned rounds = ucp_g.idle_pause || !poller->spin ? 1 : poller->spin;
-    unsigned spin   = rounds, n;
-    int fast;
-    do {
-        ucp_g.in_poll_progress = 1;
-        n                      = ucp_worker_progress(ucp_g.worker);
-        ucp_g.in_poll_progress = 0;
-        fast                   = ucp_g.rx_direct;
-    } while (!n && !fast && --spin);
+    unsigned rounds = 1, n = progress_round();
+    int fast        = ucp_g.rx_direct;
+    if (!n && !fast && !ucp_g.idle_pause && poller->spin > 1) { /* not before a message is seen */
+        rounds        = poller->spin;
+        unsigned spin = rounds;
+        while (--spin) {
+            n    = progress_round();
+            fast = ucp_g.rx_direct;
+            if (n || fast) break;
+        }
+    }
     /* the usual pass with a message: recv_cb completed a posted receive
      * (ucp_recv.c rx_posted), and that was all */
     if (fast) {
