@@ -293,7 +293,8 @@ struct pscom_poller {
     void (*wake)(pscom_poller_t *poller);
     /* set by the core before each poll (ABI version 10): how many rounds of
      * polling a poll that finds nothing may run before it returns. 1 in
-     * non-blocking calls (pscom_test_any) and while several pollers are
+     * non-blocking calls (pscom_test_any; unless made from a completion
+     * callback inside a blocking wait) and while several pollers are
      * active; PSCOM_POLL_SPIN in the passes of a blocking wait, where the
      * core's own work between polls would otherwise delay seeing a message
      * by half a pass on average. */
