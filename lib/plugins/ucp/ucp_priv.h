@@ -212,7 +212,7 @@ typedef struct ucp_global {
     int rx_direct;             /* a pre-posted receive's message was completed in recv_cb */
     unsigned busy_polls;       /* passes with progress since the last probe */
     uint64_t idle_since_us;
-    unsigned idle_polls;
+    unsigned idle_rounds;
     int idle_pause;            /* idle for UCP_IDLE_CLOCK_EVERY rounds: pause */
     unsigned inflight;         /* our UCX requests not completed */
     unsigned preposts;         /* ... of which UCP_REQ_PREPOST (they need no progress) */

@@ -250,7 +250,7 @@ static __attribute__((noinline)) int poll_work(unsigned n, unsigned cbs)
     in_poll = 0;
 
     if (progress) {
-        ucp_g.idle_polls    = 0;
+        ucp_g.idle_rounds    = 0;
         ucp_g.idle_since_us = 0;
         ucp_g.idle_pause    = 0;
         return 1;
@@ -269,8 +269,8 @@ static inline void poll_idle(unsigned rounds)
      * (8 B over posix: 3 % of the latency). Longer waits pause in every
      * pass, which leaves a core's SMT sibling its share. */
     if (ucp_g.idle_pause) ucp_cpu_relax();
-    ucp_g.idle_polls += rounds;
-    if (pscom_unlikely(ucp_g.idle_polls >= UCP_IDLE_CLOCK_EVERY)) poll_idle_clock();
+    ucp_g.idle_rounds += rounds;
+    if (pscom_unlikely(ucp_g.idle_rounds >= UCP_IDLE_CLOCK_EVERY)) poll_idle_clock();
 }
 
 /* Before UCX progress: what the last delivery left for later
@@ -306,7 +306,7 @@ static inline int only_delivered(unsigned n)
 static inline int poll_delivered(void)
 {
     if (!(++ucp_g.busy_polls & (UCP_BUSY_PROBE_EVERY - 1))) ucp_g.must_probe = 1;
-    ucp_g.idle_polls    = 0;
+    ucp_g.idle_rounds    = 0;
     ucp_g.idle_since_us = 0;
     ucp_g.idle_pause    = 0;
     return 1;
@@ -380,7 +380,7 @@ static int ucp_poll(pscom_poller_t *poller)
  * passes once idle for UCP_ARM_IDLE_US. */
 static __attribute__((noinline)) int poll_idle_clock(void)
 {
-    ucp_g.idle_polls = 0;
+    ucp_g.idle_rounds = 0;
     ucp_g.idle_pause = 1; /* a longer wait: pause in each pass (poll_idle) */
     ucp_g.must_probe = 1;
     if (ucp_g.ncons || ops_in_flight()) return 0;
