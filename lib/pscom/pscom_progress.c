@@ -310,16 +310,29 @@ static time_t fds_polled_tick;
 static unsigned fd_every = FD_POLL_EVERY;
 static unsigned fds_passes;
 static uint64_t fds_end_ns, fds_event_ns;
+static uint64_t fds_cost_ns; /* what a look costs, as last estimated */
+
+/* The cost of a look that took ns: at most twice the last estimate. A look
+ * during which the process lost its cpu (more processes than cpus) would
+ * else space the looks out to FD_POLL_MAX passes at once, and only slowly
+ * back; a call that really got slower is followed within a few looks. */
+static uint64_t fds_cost(uint64_t ns)
+{
+    if (fds_cost_ns && ns > 2 * fds_cost_ns) ns = 2 * fds_cost_ns;
+    fds_cost_ns = ns;
+    return ns;
+}
 
 /* A busy-polling pass looked at the hot fds from t0 to t1: adapt fd_every
  * to the cost of that against the passes since the last look. */
 static void fd_every_adapt(uint64_t t0, uint64_t t1)
 {
+    uint64_t cost = fds_cost(t1 - t0);
     if (t1 - fds_event_ns < FD_ACTIVE_NS) {
         fd_every = FD_POLL_EVERY;
     } else if (fds_end_ns && fds_passes && t0 > fds_end_ns) {
         uint64_t pass_ns = (t0 - fds_end_ns) / fds_passes;
-        uint64_t want    = pass_ns ? (t1 - t0) * FD_POLL_SHARE / pass_ns : FD_POLL_MAX;
+        uint64_t want    = pass_ns ? cost * FD_POLL_SHARE / pass_ns : FD_POLL_MAX;
         if (want < FD_POLL_EVERY) want = FD_POLL_EVERY;
         if (want > FD_POLL_MAX) want = FD_POLL_MAX;
         fd_every = (unsigned)((3u * (uint64_t)fd_every + want) / 4);
