@@ -61,8 +61,8 @@ static const char *mode;
 /* A small ring (tiny: 16 KiB, budget: 128 KiB) moves a few KiB per
  * hand-over between the two processes: with more runnable processes than
  * cpus (tests in parallel) each hand-over can cost a time slice, and
- * 64 MiB through the tiny ring took minutes. Up to 4 MiB a message still
- * wraps and fills the ring all the time. */
+ * 64 MiB through the tiny ring took over a minute (ctest -j3 on 2 cpus).
+ * Up to 4 MiB a message still wraps and fills the ring all the time. */
 static int small_ring(void)
 {
     return !strcmp(mode, "tiny") || !strcmp(mode, "budget");
