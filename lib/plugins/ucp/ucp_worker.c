@@ -205,6 +205,14 @@ static inline void ucp_cpu_relax(void)
 static int in_poll;
 
 static inline void poll_idle(unsigned rounds);
+
+/* something happened: the idle rounds, their clock and the pause start anew */
+static inline void idle_end(void)
+{
+    ucp_g.idle_rounds   = 0;
+    ucp_g.idle_since_us = 0;
+    ucp_g.idle_pause    = 0;
+}
 static int poll_idle_clock(void);
 
 /* The part of a pass after ucp_worker_progress() reported n events, cbs of
@@ -250,9 +258,7 @@ static __attribute__((noinline)) int poll_work(unsigned n, unsigned cbs)
     in_poll = 0;
 
     if (progress) {
-        ucp_g.idle_rounds    = 0;
-        ucp_g.idle_since_us = 0;
-        ucp_g.idle_pause    = 0;
+        idle_end();
         return 1;
     }
     poll_idle(1);
@@ -306,9 +312,7 @@ static inline int only_delivered(unsigned n)
 static inline int poll_delivered(void)
 {
     if (!(++ucp_g.busy_polls & (UCP_BUSY_PROBE_EVERY - 1))) ucp_g.must_probe = 1;
-    ucp_g.idle_rounds    = 0;
-    ucp_g.idle_since_us = 0;
-    ucp_g.idle_pause    = 0;
+    idle_end();
     return 1;
 }
 
