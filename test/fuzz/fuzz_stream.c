@@ -34,7 +34,7 @@
  * that fixed address where possible (fuzz_win).
  *
  * Built twice: with libFuzzer (PSCOM_FUZZ, clang) and with
- * fuzz_stream_main.c as the ctest test fuzz_stream.
+ * fuzz_stream_gen.c and fuzz_driver.c as the ctest test fuzz_stream.
  */
 #include "fuzz_stream.h"
 

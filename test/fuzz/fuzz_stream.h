@@ -1,6 +1,6 @@
 /*
  * fuzz_stream.h - the fuzz target of fuzz_stream.c and its fixture, shared
- * with the ctest driver fuzz_stream_main.c.
+ * with its ctest side fuzz_stream_gen.c.
  */
 #ifndef PSCOM_FUZZ_STREAM_H
 #define PSCOM_FUZZ_STREAM_H

@@ -1,0 +1,153 @@
+/*
+ * fuzz_stream_gen.c - the ctest side of the fuzz target fuzz_stream.c
+ * (run by fuzz_driver.c):
+ *   1. valid streams: USER messages of random sizes handed over in random
+ *      pieces and ways arrive whole, in order, truncated exactly where the
+ *      receive is shorter;
+ *   2. inputs made of messages of every type with plausible and random
+ *      fields (addresses in the registered window, the ids of the pending
+ *      requests), then damaged.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_driver.h"
+#include "fuzz_stream.h"
+#include "pscom_wire.h"
+
+/* ---- 1. valid streams arrive intact -------------------------------------------------- */
+
+#define VALID_MAX 6
+
+static void valid_round(void)
+{
+    unsigned nmsg = 1 + fuzz_rnd_below(VALID_MAX);
+    size_t xlen[VALID_MAX], dlen[VALID_MAX], blen[VALID_MAX], off[VALID_MAX + 1];
+    unsigned char *wire = NULL;
+    size_t total        = 0;
+    for (unsigned i = 0; i < nmsg; i++) {
+        xlen[i] = fuzz_rnd_below(65);
+        dlen[i] = fuzz_rnd_below(4) ? fuzz_rnd_below(300) : fuzz_rnd_below(20000);
+        blen[i] = fuzz_rnd_below(4) ? dlen[i] : fuzz_rnd_below(dlen[i] + 1); /* some truncate */
+        off[i]  = total;
+        total += 8 + xlen[i] + dlen[i];
+    }
+    off[nmsg] = total;
+    wire      = malloc(total);
+    FUZZ_CHECK(wire);
+    for (unsigned i = 0; i < nmsg; i++) {
+        pscom_wire_header_encode(wire + off[i], (uint16_t)xlen[i], PSCOM_MSGTYPE_USER, dlen[i]);
+        for (size_t k = 8; k < 8 + xlen[i] + dlen[i]; k++) wire[off[i] + k] = (unsigned char)fuzz_rnd();
+    }
+
+    fuzz_fixture_t f;
+    fuzz_open(&f);
+    pscom_request_t *r[VALID_MAX];
+    unsigned posted_first = fuzz_rnd_below(nmsg + 1); /* the rest after the bytes: unexpected */
+    for (unsigned i = 0; i < nmsg; i++) {
+        r[i] = pscom_request_create(64, 0);
+        FUZZ_CHECK(r[i]);
+        r[i]->connection  = &f.con->pub;
+        r[i]->xheader_len = 64;
+        r[i]->data_len    = blen[i];
+        r[i]->data        = malloc(blen[i] ? blen[i] : 1);
+        FUZZ_CHECK(r[i]->data);
+        if (i < posted_first) pscom_post_recv(r[i]);
+    }
+    fuzz_mode_t mode = (fuzz_mode_t)fuzz_rnd_below(4);
+    int by_message   = mode == FUZZ_MSG && fuzz_rnd_below(2);
+    size_t step      = fuzz_rnd_below(3) ? 1 + fuzz_rnd_below(64) : 1 + fuzz_rnd_below(total);
+    for (size_t done = 0, m = 0; done < total;) {
+        size_t n = by_message ? off[m + 1] - off[m] : total - done < step ? total - done : step;
+        fuzz_mode_t how = mode == FUZZ_MIXED ? (fuzz_mode_t)fuzz_rnd_below(3) : mode;
+        FUZZ_CHECK(fuzz_hand_over(&f, how, wire + done, n) == 0);
+        done += n;
+        m++;
+    }
+    for (unsigned i = posted_first; i < nmsg; i++) pscom_post_recv(r[i]);
+    pscom_test_any();
+
+    for (unsigned i = 0; i < nmsg; i++) {
+        FUZZ_CHECK(pscom_req_is_done(r[i]));
+        FUZZ_CHECK(!(r[i]->state & (PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_CANCELED)));
+        FUZZ_CHECK(!!(r[i]->state & PSCOM_REQ_STATE_TRUNCATED) == (blen[i] < dlen[i]));
+        FUZZ_CHECK(r[i]->header.data_len == dlen[i]);
+        FUZZ_CHECK(r[i]->header.xheader_len == xlen[i]);
+        FUZZ_CHECK(memcmp(&r[i]->xheader, wire + off[i] + 8, xlen[i]) == 0);
+        size_t keep = blen[i] < dlen[i] ? blen[i] : dlen[i];
+        FUZZ_CHECK(memcmp(r[i]->data, wire + off[i] + 8 + xlen[i], keep) == 0);
+    }
+    fuzz_close(&f);
+    for (unsigned i = 0; i < nmsg; i++) {
+        free(r[i]->data);
+        pscom_request_free(r[i]);
+    }
+    free(wire);
+}
+
+const long fuzz_target_runs = 200000; /* 2 s; 12 s under ASan */
+
+const char *fuzz_target_selfcheck(void)
+{
+    for (int i = 0; i < 2000; i++) valid_round();
+    return "valid streams: 2000 rounds intact";
+}
+
+/* ---- 2. damaged streams of every message type ----------------------------------------- */
+
+/* a value a field of a control message might hold, or any */
+static uint64_t plausible(void)
+{
+    switch (fuzz_rnd_below(11)) {
+    case 0: return 0;
+    case 8: return FUZZ_SEND_MARK;
+    case 9: return FUZZ_GET_MARK;
+    case 10: return FUZZ_MEMH_MARK;
+    case 1: return fuzz_rnd_below(16);
+    case 2: return (uint64_t)(uintptr_t)fuzz_win() + fuzz_rnd_below(FUZZ_WIN_LEN + 64);
+    case 3: return fuzz_rnd_below(FUZZ_WIN_LEN + 64);
+    case 4: return (uint64_t)1 << fuzz_rnd_below(64);
+    case 5: return ~(uint64_t)0 - fuzz_rnd_below(4);
+    default: return fuzz_rnd();
+    }
+}
+
+static size_t gen_message(unsigned char *p, size_t room)
+{
+    uint8_t type  = fuzz_rnd_below(16) ? (uint8_t)fuzz_rnd_below(PSCOM_MSGTYPE_COUNT) : (uint8_t)fuzz_rnd();
+    size_t xlen   = fuzz_rnd_below(4) ? 8 * fuzz_rnd_below(6) : fuzz_rnd_below(80);
+    uint64_t dlen = 0; /* control messages mostly carry none */
+    switch (fuzz_rnd_below(4)) {
+    case 0: dlen = plausible() & PSCOM_DATA_LEN_MASK; break;
+    case 1:
+    case 2: dlen = fuzz_rnd_below(200); break;
+    }
+    size_t body   = xlen + (dlen < 4096 ? dlen : fuzz_rnd_below(64)); /* a long one stays short */
+    if (8 + body > room) return 0;
+    pscom_wire_header_encode(p, (uint16_t)xlen, type, dlen);
+    for (size_t k = 0; k + 8 <= body; k += 8) {
+        uint64_t v = plausible();
+        memcpy(p + 8 + k, &v, 8);
+    }
+    for (size_t k = body & ~(size_t)7; k < body; k++) p[8 + k] = (unsigned char)fuzz_rnd();
+    return 8 + body;
+}
+
+size_t fuzz_target_generate(unsigned char *in, size_t room)
+{
+    in[0]      = (unsigned char)fuzz_rnd();
+    in[1]      = fuzz_rnd_below(4) ? (unsigned char)fuzz_rnd_below(64) : (unsigned char)fuzz_rnd();
+    in[2]      = (unsigned char)fuzz_rnd();
+    size_t len = 3;
+    for (unsigned m = 1 + fuzz_rnd_below(6); m; m--) len += gen_message(in + len, room - len);
+    unsigned damage = fuzz_rnd_below(4); /* some stay whole */
+    for (unsigned d = 0; d < damage && len > 3; d++) {
+        size_t at = 3 + fuzz_rnd_below(len - 3);
+        switch (fuzz_rnd_below(3)) {
+        case 0: in[at] ^= (unsigned char)(1u << fuzz_rnd_below(8)); break;
+        case 1: in[at] = (unsigned char)fuzz_rnd(); break;
+        default: len = at; break; /* cut off */
+        }
+    }
+    return len;
+}
