@@ -26,8 +26,10 @@ stream | precon) ;;
 esac
 
 build=build/fuzz
-CC=clang BUILD_DIR=$build scripts/setup.sh -DPSCOM_FUZZ=ON -DPSCOM_SANITIZE=ON \
-  -DCMAKE_BUILD_TYPE=Debug -DPSCOM_WERROR=ON
+# only the fuzz targets: clang does not link its sanitizer runtimes into
+# shared objects, so libpscom.so and the plugin modules would not link here
+CC=clang BUILD_DIR=$build SETUP_TARGETS="fuzz_$target fuzz_${target}_libfuzzer" scripts/setup.sh \
+  -DPSCOM_FUZZ=ON -DPSCOM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DPSCOM_WERROR=ON
 bin=$PWD/$build/test/fuzz/fuzz_$target
 if [ $# -gt 0 ]; then
   exec "${bin}_libfuzzer" "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the build dependencies (Debian 12 packages) if missing, then
-# configure and build into ${BUILD_DIR:-build}. Extra arguments go to cmake.
+# configure and build into ${BUILD_DIR:-build}. Extra arguments go to cmake;
+# SETUP_TARGETS (a list) builds only those targets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,4 +21,5 @@ fi
 
 build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-cmake --build "$build" -j"$(nproc)"
+# shellcheck disable=SC2086 # SETUP_TARGETS is a list of targets
+cmake --build "$build" -j"$(nproc)" ${SETUP_TARGETS:+--target $SETUP_TARGETS}
