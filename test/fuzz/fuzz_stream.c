@@ -21,7 +21,10 @@
  * The ids a peer refers to are counters of the process, different in
  * each input: 8 bytes anywhere in the peer's bytes that read
  * FUZZ_SEND_MARK, FUZZ_GET_MARK or FUZZ_MEMH_MARK become the id of the
- * rendezvous send, of the RMA get, or of the registered window.
+ * rendezvous send, of the RMA get, or of the registered window, and
+ * FUZZ_RECV_MARK the id the first rendezvous receive of the input will
+ * get (the core numbers rendezvous sends and receives with one counter:
+ * the send's id + 1).
  *
  * What must hold (else abort(), which libFuzzer and the driver report):
  * no memory error (run under ASan/UBSan), and once the socket is closed
@@ -217,16 +220,17 @@ static pscom_request_t *post_get(fuzz_fixture_t *f)
 }
 
 /* a copy of the peer's bytes with the marks replaced by ids[] */
-static uint8_t *marks_replaced(const uint8_t *data, size_t size, const uint64_t ids[3])
+static uint8_t *marks_replaced(const uint8_t *data, size_t size, const uint64_t ids[4])
 {
-    static const uint64_t marks[3] = {FUZZ_SEND_MARK, FUZZ_GET_MARK, FUZZ_MEMH_MARK};
+    static const uint64_t marks[4] = {FUZZ_SEND_MARK, FUZZ_GET_MARK, FUZZ_MEMH_MARK,
+                                      FUZZ_RECV_MARK};
     uint8_t *b                     = malloc(size ? size : 1);
     if (!b) abort();
     memcpy(b, data, size);
     for (size_t k = 0; k + 8 <= size; k++) {
         uint64_t v;
         memcpy(&v, b + k, 8);
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             if (v != htole64(marks[i])) continue;
             v = htole64(ids[i]);
             memcpy(b + k, &v, 8);
@@ -258,8 +262,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         snd = post_rndv_send(&f);
         get = post_get(&f);
     }
-    uint64_t ids[3] = {snd ? pscom_req_from_pub(snd)->id : 0, get ? pscom_req_from_pub(get)->id : 0,
-                       f.memh->id};
+    uint64_t sid    = snd ? pscom_req_from_pub(snd)->id : 0;
+    uint64_t ids[4] = {sid, get ? pscom_req_from_pub(get)->id : 0, f.memh->id, sid + 1};
     uint8_t *bytes  = marks_replaced(data, size, ids);
     data            = bytes;
     pscom_request_t *r[3] = {NULL};

@@ -16,12 +16,13 @@
 #define FUZZ_WIN_LEN  4096
 
 /* the rendezvous send of an input (fuzz_stream.c, bit 7), and what in
- * the peer's bytes stands for the ids of it, of the RMA get and of the
- * registered window */
+ * the peer's bytes stands for the ids of it, of the RMA get, of the
+ * registered window and of the first rendezvous receive */
 #define FUZZ_RNDV_LEN  4096
 #define FUZZ_SEND_MARK 0x7e57a11d5e11d1d5ull
 #define FUZZ_GET_MARK  0x7e57a11d6e7d1d5ull
 #define FUZZ_MEMH_MARK 0x7e57a11d3e3d1d5ull
+#define FUZZ_RECV_MARK 0x7e57a11d4ec1d1d5ull
 
 /* how bytes are handed to the connection */
 typedef enum fuzz_mode {

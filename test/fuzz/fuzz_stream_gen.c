@@ -98,11 +98,12 @@ const char *fuzz_target_selfcheck(void)
 /* a value a field of a control message might hold, or any */
 static uint64_t plausible(void)
 {
-    switch (fuzz_rnd_below(11)) {
+    switch (fuzz_rnd_below(12)) {
     case 0: return 0;
     case 8: return FUZZ_SEND_MARK;
     case 9: return FUZZ_GET_MARK;
     case 10: return FUZZ_MEMH_MARK;
+    case 11: return FUZZ_RECV_MARK;
     case 1: return fuzz_rnd_below(16);
     case 2: return (uint64_t)(uintptr_t)fuzz_win() + fuzz_rnd_below(FUZZ_WIN_LEN + 64);
     case 3: return fuzz_rnd_below(FUZZ_WIN_LEN + 64);
@@ -133,13 +134,42 @@ static size_t gen_message(unsigned char *p, size_t room)
     return 8 + body;
 }
 
+/* a rendezvous as a peer runs it: the announcement (RTS), and the data for
+ * the receive it matched (RENDEZVOUS_DATA with that receive's id) */
+static size_t gen_rendezvous(unsigned char *p, size_t room)
+{
+    size_t xlen = fuzz_rnd_below(17), dlen = fuzz_rnd_below(4) ? fuzz_rnd_below(64) : plausible();
+    size_t n    = 8 + xlen + sizeof(pscom_rndv_rts_t);
+    size_t m    = 8 + 8 + (dlen < 64 ? dlen : 0);
+    if (n + m > room) return 0;
+    pscom_wire_header_encode(p, (uint16_t)xlen, PSCOM_MSGTYPE_RENDEZVOUS_REQ, sizeof(pscom_rndv_rts_t));
+    for (size_t k = 0; k < xlen; k++) p[8 + k] = (unsigned char)fuzz_rnd();
+    pscom_rndv_rts_t rts = {
+        .sender_id = htole64(plausible()),
+        .data_len  = htole64(dlen),
+        .src_addr  = htole64(fuzz_rnd_below(4) ? 0 : plausible()),
+    };
+    memcpy(p + 8 + xlen, &rts, sizeof(rts));
+    unsigned char *d = p + n;
+    pscom_wire_header_encode(d, 8, PSCOM_MSGTYPE_RENDEZVOUS_DATA,
+                             fuzz_rnd_below(8) ? dlen : plausible());
+    uint64_t id = htole64(FUZZ_RECV_MARK);
+    memcpy(d + 8, &id, 8);
+    for (size_t k = 16; k < m; k++) d[k] = (unsigned char)fuzz_rnd();
+    return n + m;
+}
+
 size_t fuzz_target_generate(unsigned char *in, size_t room)
 {
     in[0]      = (unsigned char)fuzz_rnd();
     in[1]      = fuzz_rnd_below(4) ? (unsigned char)fuzz_rnd_below(64) : (unsigned char)fuzz_rnd();
     in[2]      = (unsigned char)fuzz_rnd();
     size_t len = 3;
-    for (unsigned m = 1 + fuzz_rnd_below(6); m; m--) len += gen_message(in + len, room - len);
+    if (!fuzz_rnd_below(8)) { /* with the send (bit 7) whose id the receive's follows */
+        in[0] |= 0x80;
+        len += gen_rendezvous(in + len, room - len);
+    }
+    for (unsigned m = fuzz_rnd_below(6); m; m--) len += gen_message(in + len, room - len);
     unsigned damage = fuzz_rnd_below(4); /* some stay whole */
     for (unsigned d = 0; d < damage && len > 3; d++) {
         size_t at = 3 + fuzz_rnd_below(len - 3);
