@@ -37,6 +37,20 @@ size_t fuzz_rnd_below(size_t n)
     return n ? (size_t)(fuzz_rnd() % n) : 0;
 }
 
+size_t fuzz_damage(unsigned char *in, size_t len, size_t keep)
+{
+    unsigned damage = fuzz_rnd_below(4); /* some stay whole */
+    for (unsigned d = 0; d < damage && len > keep; d++) {
+        size_t at = keep + fuzz_rnd_below(len - keep);
+        switch (fuzz_rnd_below(3)) {
+        case 0: in[at] ^= (unsigned char)(1u << fuzz_rnd_below(8)); break;
+        case 1: in[at] = (unsigned char)fuzz_rnd(); break;
+        default: len = at; break; /* cut off */
+        }
+    }
+    return len;
+}
+
 static unsigned char cur_in[8192]; /* the input of part 2 under test */
 static size_t cur_len;
 

@@ -16,6 +16,10 @@
 uint64_t fuzz_rnd(void);
 size_t fuzz_rnd_below(size_t n); /* 0..n-1 (0 if n is 0) */
 
+/* Damage a generated input after its first keep bytes (its set-up): up to
+ * three bit flips, random bytes or a cut, or none. Returns its new length. */
+size_t fuzz_damage(unsigned char *in, size_t len, size_t keep);
+
 #define FUZZ_CHECK(cond)                                                                    \
     do {                                                                                    \
         if (!(cond)) {                                                                      \

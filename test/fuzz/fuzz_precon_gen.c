@@ -143,14 +143,5 @@ size_t fuzz_target_generate(unsigned char *in, size_t room)
     size_t len = 1;
     for (unsigned m = 1 + fuzz_rnd_below(5), first = 1; m; m--, first = 0)
         len += gen_message(in + len, room - len, first);
-    unsigned damage = fuzz_rnd_below(4); /* some stay whole */
-    for (unsigned d = 0; d < damage && len > 1; d++) {
-        size_t at = 1 + fuzz_rnd_below(len - 1);
-        switch (fuzz_rnd_below(3)) {
-        case 0: in[at] ^= (unsigned char)(1u << fuzz_rnd_below(8)); break;
-        case 1: in[at] = (unsigned char)fuzz_rnd(); break;
-        default: len = at; break; /* cut off */
-        }
-    }
-    return len;
+    return fuzz_damage(in, len, 1);
 }

@@ -170,14 +170,5 @@ size_t fuzz_target_generate(unsigned char *in, size_t room)
         len += gen_rendezvous(in + len, room - len);
     }
     for (unsigned m = fuzz_rnd_below(6); m; m--) len += gen_message(in + len, room - len);
-    unsigned damage = fuzz_rnd_below(4); /* some stay whole */
-    for (unsigned d = 0; d < damage && len > 3; d++) {
-        size_t at = 3 + fuzz_rnd_below(len - 3);
-        switch (fuzz_rnd_below(3)) {
-        case 0: in[at] ^= (unsigned char)(1u << fuzz_rnd_below(8)); break;
-        case 1: in[at] = (unsigned char)fuzz_rnd(); break;
-        default: len = at; break; /* cut off */
-        }
-    }
-    return len;
+    return fuzz_damage(in, len, 3);
 }
