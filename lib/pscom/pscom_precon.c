@@ -82,6 +82,8 @@ struct pscom_precon {
     int next_idx;                         /* connect side: next plugin to offer */
     int cand_idx;                         /* plugin being negotiated, -1 none */
     const pscom_plugin_desc_t *cand;
+    int confirm_sent;                     /* connect side: CONFIRM for cand went: CONFIRM_OK
+                                             or CONFIRM_FAIL is due, not ACCEPT or DECLINE */
     int start_when_flushed;               /* accept side: CONFIRM_OK queued */
     int pending;                          /* cand's con_connect/con_confirm goes on */
     int pending_done, pending_rc;         /* ... and is over (pscom_con_handshake_done) */
@@ -159,6 +161,7 @@ static void cand_abort(pscom_precon_t *pre)
 {
     pscom_con_t *con = pre->con;
     pending_end(pre);
+    pre->confirm_sent = 0;
     if (!pre->cand) return;
     if (pre->cand->ops->con_abort) pre->cand->ops->con_abort(con);
     free(con->plugin_priv);
@@ -620,6 +623,7 @@ static void connect_done(pscom_precon_t *pre, int rc, const void *confirm, size_
         return;
     }
     if (clen > PSCOM_PRECON_BLOB_MAX) clen = PSCOM_PRECON_BLOB_MAX;
+    pre->confirm_sent = 1;
     if (send_msg(pre, PSCOM_PRECON_CONFIRM, confirm, clen, NULL, 0) < 0)
         handshake_failed(pre, 1, PSCOM_ERR_STDERROR, errno, "send");
 }
@@ -735,11 +739,13 @@ static int expected(const pscom_precon_t *pre, uint16_t type, size_t len)
     if (!pre->hello_received || pre->start_when_flushed || pre->pending) return 0;
     if (pre->flags & PSCOM_PRECON_FLAG_BACKCONNECT) return type == PSCOM_PRECON_BACKCONNECT_OK;
     if (pre->is_connect) {
+        /* the answer to our OFFER, then the one to our CONFIRM: a transport
+         * must not start before its con_connect ran */
         switch (type) {
         case PSCOM_PRECON_ACCEPT:
-        case PSCOM_PRECON_DECLINE:
+        case PSCOM_PRECON_DECLINE: return pre->cand != NULL && !pre->confirm_sent;
         case PSCOM_PRECON_CONFIRM_OK:
-        case PSCOM_PRECON_CONFIRM_FAIL: return pre->cand != NULL;
+        case PSCOM_PRECON_CONFIRM_FAIL: return pre->cand != NULL && pre->confirm_sent;
         default: return 0;
         }
     }

@@ -8,8 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* in the client's bytes: the server's node id (fuzz_precon.c) */
-#define FUZZ_NODE_MARK 0x45444f4eu /* "NODE" */
+#include "fuzz_handshake.h" /* FUZZ_NODE_MARK */
 
 /* connections the server has accepted so far (its con_accept callback) */
 unsigned fuzz_precon_accepted(void);

@@ -1,0 +1,27 @@
+/*
+ * fuzz_handshake.h - handshake messages for the generators of the
+ * handshake fuzz targets (fuzz_handshake.c), and the mark the targets
+ * replace by the node id.
+ */
+#ifndef PSCOM_FUZZ_HANDSHAKE_H
+#define PSCOM_FUZZ_HANDSHAKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pscom_wire.h"
+
+/* in the peer's bytes: the node id of the process under test */
+#define FUZZ_NODE_MARK 0x45444f4eu /* "NODE" */
+
+/* a message with this header, if it fits into room; returns its length or 0 */
+size_t fuzz_hs_put_msg(unsigned char *p, size_t room, uint32_t magic, uint16_t type,
+                       uint16_t version, const void *payload, size_t len);
+/* the same with the right magic and version */
+size_t fuzz_hs_put(unsigned char *p, size_t room, uint16_t type, const void *payload, size_t len);
+/* a valid HELLO payload (node 127.0.0.1) */
+pscom_precon_hello_t fuzz_hs_hello(uint32_t flags, const char *name);
+/* a value a 32-bit field might hold, or any */
+uint32_t fuzz_hs_plausible32(void);
+
+#endif /* PSCOM_FUZZ_HANDSHAKE_H */
