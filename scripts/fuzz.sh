@@ -42,7 +42,7 @@ if [ -z "$(ls -A "$corpus")" ]; then
 fi
 cd "$build"
 # Huge announced lengths make allocations that ASan refuses by design
-# (fuzz_stream.c); each prints a warning, filtered out here.
+# (fuzz_asan.c); each prints a warning, filtered out here.
 # shellcheck disable=SC2086 # FUZZ_ARGS is a list of options
 "${bin}_libfuzzer" -max_total_time="${FUZZ_TIME:-300}" -max_len=4096 -print_final_stats=1 \
   ${FUZZ_ARGS:-} "corpus-$target" 2>&1 | { grep --line-buffered -v 'failed to allocate' || true; }
