@@ -108,6 +108,8 @@ void fuzz_open(fuzz_fixture_t *f)
     static int inited;
     if (!inited) {
         setenv("PSP_DEBUG", "0", 0); /* the protocol errors by the thousand */
+        setenv("PSP_UCP", "0", 1);    /* no transport module: the sink is the transport */
+        setenv("PSP_OPENIB", "0", 1);
         if (pscom_init(PSCOM_VERSION) != PSCOM_SUCCESS) abort();
         inited = 1;
     }
