@@ -17,7 +17,7 @@
  * (PSP_RETRY=0). The peer accepts, sends the bytes, then ends. What must
  * hold (else abort()): no memory error, and once the peer's bytes ended
  * the client is done with the handshake and closes its side within
- * FUZZ_CONNECT_PASSES passes of progress, whatever state the bytes left it
+ * FUZZ_TCP_PASSES passes of progress, whatever state the bytes left it
  * in (failed, or connected over tcp and then failed).
  *
  * Built twice: with libFuzzer (PSCOM_FUZZ, clang) and with
@@ -27,7 +27,6 @@
 #include "fuzz_connect.h"
 
 #include <arpa/inet.h>
-#include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -35,12 +34,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz_tcp.h"
 #include "pscom.h"
 #include "pscom_con.h"
 #include "pscom_core.h"
 #include "pscom_precon.h"
-
-#define FUZZ_CONNECT_PASSES 200000
 
 static pscom_socket_t *client;
 static int peer_fd = -1, peer_port;
@@ -75,18 +73,6 @@ unsigned fuzz_connect_connected(void)
     return connected;
 }
 
-/* a copy of the peer's bytes with FUZZ_NODE_MARK replaced */
-static uint8_t *node_marks_replaced(const uint8_t *data, size_t size)
-{
-    uint8_t *b = malloc(size ? size : 1);
-    if (!b) abort();
-    memcpy(b, data, size);
-    uint32_t mark = htole32(FUZZ_NODE_MARK), node = htole32((uint32_t)pscom_get_nodeid());
-    for (size_t k = 0; k + 4 <= size; k++)
-        if (!memcmp(b + k, &mark, 4)) memcpy(b + k, &node, 4);
-    return b;
-}
-
 /* the peer's side of the connection, once the client's connect arrived */
 static int peer_accept(void)
 {
@@ -94,53 +80,16 @@ static int peer_accept(void)
         int fd = accept4(peer_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd >= 0) return fd;
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) abort();
-        if (passes > FUZZ_CONNECT_PASSES) abort(); /* the client never connected */
+        if (passes > FUZZ_TCP_PASSES) abort(); /* the client never connected */
         pscom_test_any();
     }
-}
-
-/* Read and drop what the client sent. Returns 1 once it closed its side. */
-static int client_closed(int fd)
-{
-    char buf[4096];
-    for (;;) {
-        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n > 0) continue;
-        if (n == 0) return 1;
-        if (errno == EINTR) continue;
-        return errno != EAGAIN && errno != EWOULDBLOCK; /* ECONNRESET: closed */
-    }
-}
-
-/* Send len bytes, progressing the client while its buffers are full.
- * Returns 0, or -1 if the client closed meanwhile. */
-static int peer_send(int fd, const uint8_t *p, size_t len)
-{
-    unsigned stuck = 0;
-    while (len) {
-        ssize_t n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            stuck = 0;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-        if (++stuck > FUZZ_CONNECT_PASSES) abort(); /* the client reads nothing */
-        pscom_test_any();
-    }
-    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
     if (!client) client_open();
-    unsigned flags = data[0];
-    size_t step    = (flags & 63) == 63 ? (size_t)-1 : (size_t)(flags & 63) + 1;
-    uint8_t *bytes = node_marks_replaced(data + 1, size - 1);
-    size--;
+    uint8_t *bytes = fuzz_node_marks_replaced(data + 1, size - 1);
 
     pscom_connection_t *c = pscom_open_connection(client);
     if (!c) abort();
@@ -150,23 +99,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pscom_precon_connect_to(con, INADDR_LOOPBACK, peer_port, 0, NULL);
     pscom_unlock();
 
-    int fd = peer_accept();
-    for (size_t done = 0; done < size;) {
-        size_t n = size - done < step ? size - done : step;
-        if (peer_send(fd, bytes + done, n) < 0) break;
-        done += n;
-        for (int i = 0; i < 4; i++) pscom_test_any(); /* the client takes the piece */
-    }
-    if (flags & 64) {
-        close(fd);
-        fd = -1;
-    } else {
-        shutdown(fd, SHUT_WR);
-    }
+    int fd = fuzz_tcp_play(peer_accept(), bytes, size - 1, data[0]);
 
     /* the client must notice the end, finish the handshake and close */
-    for (unsigned passes = 0; con->precon || (fd >= 0 && !client_closed(fd)); passes++) {
-        if (passes > FUZZ_CONNECT_PASSES) abort(); /* left hanging */
+    for (unsigned passes = 0; con->precon || (fd >= 0 && !fuzz_tcp_closed(fd)); passes++) {
+        if (passes > FUZZ_TCP_PASSES) abort(); /* left hanging */
         pscom_test_any();
     }
     if (fd >= 0) close(fd);

@@ -75,21 +75,12 @@ static size_t gen_message(unsigned char *p, size_t room, int first)
     } else { /* ACCEPT and REJECT carry a blob or a reason, the rest nothing */
         len = fuzz_rnd_below(3) ? 0 : fuzz_rnd_below(120);
         if (!fuzz_rnd_below(16)) len = fuzz_rnd_below(sizeof(pl)); /* around the limit */
-        for (size_t k = 0; k + 4 <= len; k += 4) {
-            uint32_t v = fuzz_hs_plausible32();
-            memcpy(pl + k, &v, 4);
-        }
+        fuzz_hs_fill(pl, 0, len);
     }
-    uint32_t magic   = fuzz_rnd_below(32) ? PSCOM_PRECON_MAGIC : fuzz_hs_plausible32();
-    uint16_t version = fuzz_rnd_below(32) ? PSCOM_PRECON_VERSION : (uint16_t)fuzz_hs_plausible32();
-    return fuzz_hs_put_msg(p, room, magic, type, version, pl, len);
+    return fuzz_hs_put_any(p, room, type, pl, len);
 }
 
 size_t fuzz_target_generate(unsigned char *in, size_t room)
 {
-    in[0]      = (unsigned char)fuzz_rnd();
-    size_t len = 1;
-    for (unsigned m = 1 + fuzz_rnd_below(5), first = 1; m; m--, first = 0)
-        len += gen_message(in + len, room - len, first);
-    return fuzz_damage(in, len, 1);
+    return fuzz_hs_generate(in, room, gen_message);
 }

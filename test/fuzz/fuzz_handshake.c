@@ -54,3 +54,29 @@ uint32_t fuzz_hs_plausible32(void)
     default: return (uint32_t)fuzz_rnd();
     }
 }
+
+void fuzz_hs_fill(unsigned char *pl, size_t from, size_t len)
+{
+    for (size_t k = from; k + 4 <= len; k += 4) {
+        uint32_t v = fuzz_hs_plausible32();
+        memcpy(pl + k, &v, 4);
+    }
+}
+
+size_t fuzz_hs_put_any(unsigned char *p, size_t room, uint16_t type, const void *payload,
+                       size_t len)
+{
+    uint32_t magic   = fuzz_rnd_below(32) ? PSCOM_PRECON_MAGIC : fuzz_hs_plausible32();
+    uint16_t version = fuzz_rnd_below(32) ? PSCOM_PRECON_VERSION : (uint16_t)fuzz_hs_plausible32();
+    return fuzz_hs_put_msg(p, room, magic, type, version, payload, len);
+}
+
+size_t fuzz_hs_generate(unsigned char *in, size_t room,
+                        size_t (*gen_message)(unsigned char *p, size_t room, int first))
+{
+    in[0]      = (unsigned char)fuzz_rnd();
+    size_t len = 1;
+    for (unsigned m = 1 + fuzz_rnd_below(5), first = 1; m; m--, first = 0)
+        len += gen_message(in + len, room - len, first);
+    return fuzz_damage(in, len, 1);
+}

@@ -23,5 +23,14 @@ size_t fuzz_hs_put(unsigned char *p, size_t room, uint16_t type, const void *pay
 pscom_precon_hello_t fuzz_hs_hello(uint32_t flags, const char *name);
 /* a value a 32-bit field might hold, or any */
 uint32_t fuzz_hs_plausible32(void);
+/* pl[from..len) as 32-bit words of fuzz_hs_plausible32() */
+void fuzz_hs_fill(unsigned char *pl, size_t from, size_t len);
+/* a message of this type whose magic and version are now and then wrong */
+size_t fuzz_hs_put_any(unsigned char *p, size_t room, uint16_t type, const void *payload,
+                       size_t len);
+/* a generated input of the handshake targets: the set-up byte, 1-5
+ * messages of gen_message (first: the first one), damaged */
+size_t fuzz_hs_generate(unsigned char *in, size_t room,
+                        size_t (*gen_message)(unsigned char *p, size_t room, int first));
 
 #endif /* PSCOM_FUZZ_HANDSHAKE_H */

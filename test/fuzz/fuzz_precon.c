@@ -16,7 +16,7 @@
  * listening on port 0 with the built-in transports (tcp, shm; ucp and
  * openib off: their blobs have tests of their own). What must hold (else
  * abort()): no memory error, and once the client's bytes ended (EOF) the
- * server closes its side within FUZZ_PRECON_PASSES passes of progress,
+ * server closes its side within FUZZ_TCP_PASSES passes of progress,
  * whatever state the bytes left the handshake or the connection in. A
  * connection the server accepted is closed by the harness afterwards.
  *
@@ -26,18 +26,15 @@
 #include "fuzz_precon.h"
 
 #include <arpa/inet.h>
-#include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz_tcp.h"
 #include "pscom.h"
-
-#define FUZZ_PRECON_PASSES 200000
 
 static pscom_socket_t *server;
 static int server_port;
@@ -78,87 +75,23 @@ static int client_connect(void)
     return fd;
 }
 
-/* Read and drop what the server sent. Returns 1 once it closed its side. */
-static int server_closed(int fd)
-{
-    char buf[4096];
-    for (;;) {
-        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n > 0) continue;
-        if (n == 0) return 1;
-        if (errno == EINTR) continue;
-        return errno != EAGAIN && errno != EWOULDBLOCK; /* ECONNRESET: closed */
-    }
-}
-
-/* Send len bytes, progressing the server while its buffers are full.
- * Returns 0, or -1 if the server closed meanwhile. */
-static int client_send(int fd, const uint8_t *p, size_t len)
-{
-    unsigned stuck = 0;
-    while (len) {
-        ssize_t n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            stuck = 0;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-        if (++stuck > FUZZ_PRECON_PASSES) abort(); /* the server reads nothing */
-        pscom_test_any();
-    }
-    return 0;
-}
-
 static void close_accepted(void)
 {
     pscom_connection_t *c;
     while ((c = pscom_get_next_connection(server, NULL)) != NULL) pscom_close_connection(c);
 }
 
-/* a copy of the client's bytes with FUZZ_NODE_MARK replaced */
-static uint8_t *node_marks_replaced(const uint8_t *data, size_t size)
-{
-    uint8_t *b = malloc(size ? size : 1);
-    if (!b) abort();
-    memcpy(b, data, size);
-    uint32_t mark = htole32(FUZZ_NODE_MARK), node = htole32((uint32_t)pscom_get_nodeid());
-    for (size_t k = 0; k + 4 <= size; k++)
-        if (!memcmp(b + k, &mark, 4)) memcpy(b + k, &node, 4);
-    return b;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
     if (!server) server_open();
-    unsigned flags = data[0];
-    size_t step    = (flags & 63) == 63 ? (size_t)-1 : (size_t)(flags & 63) + 1;
-    uint8_t *bytes = node_marks_replaced(data + 1, size - 1);
-    data           = bytes;
-    size--;
-
-    int fd = client_connect();
-    for (size_t done = 0; done < size;) {
-        size_t n = size - done < step ? size - done : step;
-        if (client_send(fd, data + done, n) < 0) break;
-        done += n;
-        for (int i = 0; i < 4; i++) pscom_test_any(); /* the server takes the piece */
-    }
-    if (flags & 64) {
-        close(fd);
-        fd = -1;
-    } else {
-        shutdown(fd, SHUT_WR);
-    }
+    uint8_t *bytes = fuzz_node_marks_replaced(data + 1, size - 1);
+    int fd         = fuzz_tcp_play(client_connect(), bytes, size - 1, data[0]);
 
     /* the server must notice the end and close its side */
-    unsigned passes = 0;
     if (fd >= 0) {
-        while (!server_closed(fd)) {
-            if (++passes > FUZZ_PRECON_PASSES) abort(); /* left hanging */
+        for (unsigned passes = 0; !fuzz_tcp_closed(fd); passes++) {
+            if (passes > FUZZ_TCP_PASSES) abort(); /* left hanging */
             pscom_test_any();
         }
         close(fd);

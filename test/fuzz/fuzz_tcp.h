@@ -1,0 +1,27 @@
+/*
+ * fuzz_tcp.h - the plain TCP side of the handshake fuzz targets
+ * (fuzz_precon.c: the client, fuzz_connect.c: the peer), fuzz_tcp.c.
+ */
+#ifndef PSCOM_FUZZ_TCP_H
+#define PSCOM_FUZZ_TCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* progress passes a pscom side gets to read, answer or close before the
+ * harness calls it hanging (abort) */
+#define FUZZ_TCP_PASSES 200000
+
+/* a copy of the bytes (free it) with each FUZZ_NODE_MARK replaced by our
+ * node id */
+uint8_t *fuzz_node_marks_replaced(const uint8_t *data, size_t size);
+
+/* Send the bytes to the pscom side on fd in pieces of (flags & 63) + 1
+ * (63: all at once), progressing it between them; then close fd (flags &
+ * 64, returns -1) or shut down writing (returns fd). */
+int fuzz_tcp_play(int fd, const uint8_t *bytes, size_t size, unsigned flags);
+
+/* Read and drop what the pscom side sent. Returns 1 once it closed its side. */
+int fuzz_tcp_closed(int fd);
+
+#endif /* PSCOM_FUZZ_TCP_H */
