@@ -168,6 +168,16 @@ void pscom_con_report_error(pscom_con_t *con, pscom_op_t op, pscom_err_t err)
 
 /* ---- set-up ----------------------------------------------------------- */
 
+/* con is no longer on demand (connected, failed or closed): the socket's
+ * bookkeeping drops what waited for it, its back-connect requests among
+ * them, whose references to con go; con stays until our caller releases it */
+static void ondemand_over(pscom_con_t *con)
+{
+    con->refcnt++;
+    pscom_sock_ondemand_changed(con->sock);
+    con->refcnt--;
+}
+
 void pscom_con_setup_ok(pscom_con_t *con)
 {
     int accepted   = con->pub.state == PSCOM_CON_STATE_ACCEPTING;
@@ -176,7 +186,7 @@ void pscom_con_setup_ok(pscom_con_t *con)
     con->pub.type  = con->transport->con_type;
     con->ondemand  = 0;
     pscom_con_list(con);
-    if (ondemand) pscom_sock_ondemand_changed(con->sock);
+    if (ondemand) ondemand_over(con);
     pscom_log_force(pscom_config.debug_contype, PSCOM_LOG_INFO, "%s %s via %s",
                     accepted ? "ACCEPT" : "CONNECT", pscom_con_str(&con->pub),
                     con->transport->name);
@@ -215,7 +225,7 @@ void pscom_con_setup_failed(pscom_con_t *con, pscom_err_t err)
     /* an on-demand connect is started by a send: it fails as a write */
     if (!con->user_closed)
         pscom_con_report_error(con, ondemand ? PSCOM_OP_WRITE : PSCOM_OP_CONNECT, err);
-    if (ondemand) pscom_sock_ondemand_changed(con->sock);
+    if (ondemand) ondemand_over(con);
     pscom_con_release(con);
 }
 
@@ -442,7 +452,7 @@ void pscom_con_close(pscom_con_t *con)
         close_transport(con);
         pscom_con_fail_requests(con);
         con->pub.state = PSCOM_CON_STATE_CLOSED;
-        pscom_sock_ondemand_changed(con->sock);
+        ondemand_over(con);
         pscom_con_release(con);
         return;
     }

@@ -206,6 +206,7 @@ void pscom_ondemand_backconnect_done(pscom_con_t *owner, int failed, pscom_err_t
 
 void pscom_ondemand_sweep(pscom_sock_t *sock)
 {
+    pscom_precon_backconnect_sweep(sock);
     pscom_list_t *pos, *tmp;
     pscom_list_for_each_safe(pos, tmp, &od_waits) {
         od_wait_t *w = pscom_list_entry(pos, od_wait_t, next);

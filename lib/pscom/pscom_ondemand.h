@@ -67,7 +67,8 @@ void pscom_ondemand_revert(pscom_con_t *con);
 void pscom_ondemand_backconnect_done(pscom_con_t *owner, int failed, pscom_err_t err);
 
 /* An on-demand connection of sock stopped being one (connected, failed,
- * closed): forget its waiting state. */
+ * closed): forget its waiting state and withdraw its back-connect requests
+ * still in flight. */
 void pscom_ondemand_sweep(pscom_sock_t *sock);
 
 /* Does the socket have on-demand connections still waiting to connect? */

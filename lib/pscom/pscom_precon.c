@@ -1034,6 +1034,20 @@ void pscom_precon_backconnect_to(pscom_con_t *owner, uint32_t addr, int port)
     attempt_start(pre);
 }
 
+void pscom_precon_backconnect_sweep(pscom_sock_t *sock)
+{
+    pscom_list_t *pos;
+again:
+    pscom_list_for_each(pos, &sock->connections) {
+        pscom_con_t *con   = pscom_list_entry(pos, pscom_con_t, sock_next);
+        pscom_con_t *owner = con->precon ? con->precon->od_owner : NULL;
+        if (owner && (!owner->ondemand || owner->user_closed)) {
+            pscom_precon_abort(con->precon); /* may release con and owner: start over */
+            goto again;
+        }
+    }
+}
+
 /* ---- accept side -------------------------------------------------------------- */
 
 int pscom_precon_accept(pscom_con_t *con, int fd)

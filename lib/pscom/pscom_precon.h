@@ -31,6 +31,12 @@ int pscom_precon_connect_to(pscom_con_t *con, uint32_t addr, int port, uint32_t 
  * library-owned connection). The outcome is reported to
  * pscom_ondemand_backconnect_done(). */
 void pscom_precon_backconnect_to(pscom_con_t *owner, uint32_t addr, int port);
+/* End the back-connect requests still in flight whose connection no longer
+ * waits (connected, failed or closed by the user): a peer that is silent
+ * would keep them, their sockets and the connection until their stall
+ * window ran out. Each drops its reference to its connection, which may be
+ * released then (pscom_sock_ondemand_changed()). */
+void pscom_precon_backconnect_sweep(pscom_sock_t *sock);
 
 /* Accepting side: fd came from accept(). The connection is ACCEPTING. */
 int pscom_precon_accept(pscom_con_t *con, int fd);

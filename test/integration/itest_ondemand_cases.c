@@ -33,15 +33,23 @@
  * "same_name": both sockets named alike: the first write fails at once
  *   (con_error(WRITE, INVALID)) with an error saying socket names must be
  *   unique; no hang. (The accepting side refuses such a peer too.)
+ * "withdrawn" (server only): the server's first write asks a lower name to
+ *   connect back, at a plain TCP listener that takes the request and never
+ *   answers. Closing the connection then withdraws the request at once:
+ *   the send ends with ERROR, and the listener reads EOF while the server
+ *   makes no more progress (until 2026-11-27 the request went on until its
+ *   stall window ran out, holding its socket and the closed connection).
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define MSG_LEN 3000 /* data bytes of each checked message */
@@ -344,6 +352,48 @@ static int samename_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- withdrawn --------------------------------------------------------------------- */
+
+static int withdrawn_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = open_sock(ctx, NULL);
+    int lfd           = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl          = sizeof(sa);
+    TU_ASSERT_EQ(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    TU_ASSERT_EQ(listen(lfd, 4), 0);
+    TU_ASSERT_EQ(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+    char *ep = peer_ep(s, ntohs(sa.sin_port), "client01"); /* lower than "server" */
+    pscom_connection_t *c = ondemand(s, ep, 1);
+
+    pscom_request_t *req = pscom_request_create(0, 0);
+    req->connection      = c;
+    req->data_len        = 0;
+    pscom_post_send(req); /* asks the peer to connect back */
+    struct pollfd pl = {.fd = lfd, .events = POLLIN};
+    while (poll(&pl, 1, 0) == 0) pscom_wait_any(); /* the request's connect arrived */
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    TU_ASSERT_MSG(fd >= 0, "accept: %s", strerror(errno));
+
+    pscom_close_connection(c);
+    TU_ASSERT_STATE_HAS(req->state, PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_DONE);
+    /* no more progress from here: the close alone must have ended the request */
+    char buf[256];
+    ssize_t n;
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    do {
+        TU_ASSERT_MSG(poll(&pf, 1, 10000) == 1, "the back-connect request outlived the close");
+        n = recv(fd, buf, sizeof(buf), 0); /* its HELLO, then EOF */
+    } while (n > 0);
+    TU_ASSERT_EQ(n, 0);
+    pscom_request_free(req);
+    close(fd);
+    close(lfd);
+    pscom_close_socket(s);
+    free(ep);
+    return 0;
+}
+
 int main(void)
 {
     /* connection set-up over the built-in transports; over ucp in the
@@ -358,5 +408,6 @@ int main(void)
     rc |= tu_run("od_no_backconnect", 1, noback_server, noback_client, NULL);
     rc |= tu_run("od_gave_up", 1, gaveup_server, gaveup_client, NULL);
     rc |= tu_run("od_same_name", 1, samename_server, samename_client, NULL);
+    rc |= tu_run("od_withdrawn", 0, withdrawn_server, NULL, NULL);
     return rc;
 }
