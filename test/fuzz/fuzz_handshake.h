@@ -1,7 +1,7 @@
 /*
- * fuzz_handshake.h - handshake messages for the generators of the
- * handshake fuzz targets (fuzz_handshake.c), and the mark the targets
- * replace by the node id.
+ * fuzz_handshake.h - handshake messages for the handshake fuzz targets
+ * (fuzz_handshake.c) and random ones for their generators
+ * (fuzz_hs_random.c), and the mark the targets replace by the node id.
  */
 #ifndef PSCOM_FUZZ_HANDSHAKE_H
 #define PSCOM_FUZZ_HANDSHAKE_H
@@ -21,6 +21,13 @@ size_t fuzz_hs_put_msg(unsigned char *p, size_t room, uint32_t magic, uint16_t t
 size_t fuzz_hs_put(unsigned char *p, size_t room, uint16_t type, const void *payload, size_t len);
 /* a valid HELLO payload (node 127.0.0.1) */
 pscom_precon_hello_t fuzz_hs_hello(uint32_t flags, const char *name);
+/* a client's valid handshake for the accept side: HELLO (with these flags
+ * and this name), OFFER of tcp, CONFIRM; returns its length or 0 (no room) */
+size_t fuzz_hs_valid_accept(unsigned char *p, size_t room, uint32_t hello_flags,
+                            const char *name);
+
+/* ---- fuzz_hs_random.c (uses the driver's fuzz_rnd) ---- */
+
 /* a value a 32-bit field might hold, or any */
 uint32_t fuzz_hs_plausible32(void);
 /* pl[from..len) as 32-bit words of fuzz_hs_plausible32() */

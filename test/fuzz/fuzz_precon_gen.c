@@ -14,16 +14,6 @@
 #include "fuzz_precon.h"
 #include "pscom_wire.h"
 
-static size_t offer(unsigned char *p, size_t room, const char *plugin, const void *blob,
-                    size_t blen)
-{
-    unsigned char o[PSCOM_PRECON_PLUGIN_NAME + 256] = {0};
-    strncpy((char *)o, plugin, PSCOM_PRECON_PLUGIN_NAME);
-    if (blen > 256) blen = 256;
-    if (blen) memcpy(o + PSCOM_PRECON_PLUGIN_NAME, blob, blen);
-    return fuzz_hs_put(p, room, PSCOM_PRECON_OFFER, o, PSCOM_PRECON_PLUGIN_NAME + blen);
-}
-
 /* a TCP connection each, and as many sockets in TIME_WAIT for a minute:
  * 0.5 s, few enough to run the suite repeatedly and in parallel */
 const long fuzz_target_runs = 5000;
@@ -36,10 +26,7 @@ const char *fuzz_target_selfcheck(void)
         unsigned char in[256];
         in[0]                  = (unsigned char)(step == 63 ? 63 : step - 1);
         size_t len             = 1;
-        pscom_precon_hello_t h = fuzz_hs_hello(0, "fuzzcli");
-        len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_HELLO, &h, sizeof(h));
-        len += offer(in + len, sizeof(in) - len, "tcp", NULL, 0);
-        len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_CONFIRM, NULL, 0);
+        len += fuzz_hs_valid_accept(in + len, sizeof(in) - len, 0, "fuzzcli");
         unsigned before = fuzz_precon_accepted();
         LLVMFuzzerTestOneInput(in, len); /* also: the EOF ends the connection */
         FUZZ_CHECK(fuzz_precon_accepted() == before + 1);

@@ -57,19 +57,40 @@ static int send_all(int fd, const uint8_t *p, size_t len)
     return 0;
 }
 
-int fuzz_tcp_play(int fd, const uint8_t *bytes, size_t size, unsigned flags)
+void fuzz_tcp_play_n(unsigned n, int fd[], const uint8_t *const bytes[], const size_t size[],
+                     unsigned flags)
 {
     size_t step = (flags & 63) == 63 ? (size_t)-1 : (size_t)(flags & 63) + 1;
-    for (size_t done = 0; done < size;) {
-        size_t n = size - done < step ? size - done : step;
-        if (send_all(fd, bytes + done, n) < 0) break;
-        done += n;
-        for (int i = 0; i < 4; i++) pscom_test_any(); /* the pscom side takes the piece */
+    size_t done[FUZZ_TCP_MAX_PEERS] = {0};
+    int more = 1;
+    if (n > FUZZ_TCP_MAX_PEERS) abort();
+    while (more) {
+        more = 0;
+        for (unsigned i = 0; i < n; i++) { /* a piece of each in turn */
+            if (fd[i] < 0 || done[i] >= size[i]) continue;
+            size_t len = size[i] - done[i] < step ? size[i] - done[i] : step;
+            if (send_all(fd[i], bytes[i] + done[i], len) < 0) {
+                done[i] = size[i]; /* the pscom side closed it */
+                continue;
+            }
+            done[i] += len;
+            more |= done[i] < size[i];
+            for (int k = 0; k < 4; k++) pscom_test_any(); /* the pscom side takes the piece */
+        }
     }
-    if (flags & 64) {
-        close(fd);
-        return -1;
+    for (unsigned i = 0; i < n; i++) {
+        if (fd[i] < 0) continue;
+        if (flags & 64) {
+            close(fd[i]);
+            fd[i] = -1;
+        } else {
+            shutdown(fd[i], SHUT_WR);
+        }
     }
-    shutdown(fd, SHUT_WR);
+}
+
+int fuzz_tcp_play(int fd, const uint8_t *bytes, size_t size, unsigned flags)
+{
+    fuzz_tcp_play_n(1, &fd, &bytes, &size, flags);
     return fd;
 }

@@ -21,6 +21,12 @@ uint8_t *fuzz_node_marks_replaced(const uint8_t *data, size_t size);
  * 64, returns -1) or shut down writing (returns fd). */
 int fuzz_tcp_play(int fd, const uint8_t *bytes, size_t size, unsigned flags);
 
+/* The same for n (at most FUZZ_TCP_MAX_PEERS) peers at once, a piece of
+ * each in turn; fd[i] < 0: none. Sets fd[i] to -1 where it closed. */
+#define FUZZ_TCP_MAX_PEERS 4
+void fuzz_tcp_play_n(unsigned n, int fd[], const uint8_t *const bytes[], const size_t size[],
+                     unsigned flags);
+
 /* Read and drop what the pscom side sent. Returns 1 once it closed its side. */
 int fuzz_tcp_closed(int fd);
 

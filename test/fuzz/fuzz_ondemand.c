@@ -1,0 +1,246 @@
+/*
+ * fuzz_ondemand.c - the on-demand part of the accept side of the handshake
+ * against any bytes up to two clients send at once: a peer that connects
+ * for an on-demand connection (the server adopts it), asks the server to
+ * connect back, or races itself with two attempts.
+ *
+ * The server listens on port 0 with the built-in transports (tcp, shm;
+ * ucp and openib off) and has two on-demand connections, made fresh for
+ * each input, to peers the clients may name in their HELLO:
+ *   "fuzzcli"  a lower name than the server's ("fuzzsrv"): that peer
+ *              connects, the server waits for it (adopts its connect);
+ *   "fuzzzzz"  a higher one: the server connects to it itself.
+ * Their listener is a plain TCP socket of the harness (the sink) that
+ * never answers: a connect or back-connect request the server starts
+ * towards them stays in its handshake until the connection is closed.
+ *
+ * One input:
+ *   byte 0    bits 0-5: the bytes go in pieces of this many + 1, one of
+ *                       each client in turn, the server progressing
+ *                       between them (63: all at once)
+ *             bit 6:    the clients close instead of shutting down writing
+ *   byte 1    bit 0:    a send waits on "fuzzcli" from the start (the
+ *                       server asks the peer to connect back)
+ *             bit 1:    a send waits on "fuzzzzz" (the server connects)
+ *             bit 2:    afterwards, if "fuzzcli" still waits, a valid
+ *                       on-demand handshake from a third client must
+ *                       connect it over tcp
+ *   byte 2-3  n, little endian: the first client's bytes are the next n
+ *             (at most what is left), the second client's the rest (none:
+ *             one client)
+ * FUZZ_NODE_MARK anywhere in the clients' bytes becomes the server's node id.
+ *
+ * What must hold (else FUZZ_CHECK aborts): no memory error; once the clients' bytes
+ * ended, the server closes its side of each within FUZZ_TCP_PASSES passes
+ * of progress, and neither on-demand connection is left in an accepting
+ * handshake; a waiting "fuzzcli" can still be connected (bit 2); closing
+ * the two and every connection the server accepted (at most one per
+ * client) leaves the socket without any, also of its own (a back-connect
+ * request to the silent sink), and the waiting sends end.
+ *
+ * Built twice: with libFuzzer (PSCOM_FUZZ, clang) and with
+ * fuzz_ondemand_gen.c and fuzz_driver.c as the ctest test fuzz_ondemand.
+ */
+#define _GNU_SOURCE /* accept4 */
+#include "fuzz_ondemand.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fuzz_driver.h" /* FUZZ_CHECK */
+#include "fuzz_handshake.h"
+#include "fuzz_tcp.h"
+#include "pscom.h"
+#include "pscom_con.h"
+#include "pscom_core.h"
+#include "pscom_sock.h"
+
+static pscom_socket_t *server;
+static int server_port, sink_fd = -1, sink_port;
+static fuzz_od_counts_t counts;
+static pscom_connection_t *accepted[4]; /* by the server, this input */
+static unsigned n_accepted;
+
+static void on_accept(pscom_connection_t *con)
+{
+    FUZZ_CHECK(n_accepted < sizeof(accepted) / sizeof(accepted[0]) &&
+               "no more connections than clients");
+    accepted[n_accepted++] = con;
+}
+
+static int listener(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) abort();
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
+    socklen_t sl          = sizeof(sa);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
+        abort();
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+static void server_open(void)
+{
+    setenv("PSP_DEBUG", "0", 0); /* the handshake errors by the thousand */
+    setenv("PSP_UCP", "0", 1);
+    setenv("PSP_OPENIB", "0", 1);
+    /* an shm accept creates its ring (fully allocated): the smallest one */
+    setenv("PSP_SHM_RING_SIZE", "16384", 1);
+    if (pscom_init(PSCOM_VERSION) != PSCOM_SUCCESS) abort();
+    server = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
+    if (!server) abort();
+    pscom_socket_set_name(server, "fuzzsrv");
+    server->ops.con_accept = on_accept;
+    if (pscom_listen(server, PSCOM_ANYPORT) != PSCOM_SUCCESS) abort();
+    server_port = pscom_get_portno(server);
+    sink_fd     = listener(&sink_port);
+}
+
+fuzz_od_counts_t fuzz_ondemand_counts(void)
+{
+    return counts;
+}
+
+static pscom_connection_t *ondemand_to(const char *name)
+{
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d@%s", sink_port, name);
+    pscom_connection_t *c = pscom_open_connection(server);
+    if (!c || pscom_connect(c, ep, 1, PSCOM_CON_FLAG_ONDEMAND) != PSCOM_SUCCESS) abort();
+    return c;
+}
+
+static pscom_request_t *send_on(pscom_connection_t *c)
+{
+    static char msg[8] = "ondemand";
+    pscom_request_t *r = pscom_request_create(0, 0);
+    if (!r) abort();
+    r->connection = c;
+    r->data       = msg;
+    r->data_len   = sizeof(msg);
+    pscom_post_send(r);
+    return r;
+}
+
+static int client_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) abort();
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
+    /* the listen queue takes it; the server accepts during progress */
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) abort();
+    return fd;
+}
+
+/* the server must notice the end of each client and close its side */
+static void await_closed(unsigned n, int fd[])
+{
+    for (unsigned i = 0; i < n; i++) {
+        if (fd[i] < 0) continue;
+        for (unsigned passes = 0; !fuzz_tcp_closed(fd[i]); passes++) {
+            FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "the server closes its side");
+            pscom_test_any();
+        }
+        close(fd[i]);
+        fd[i] = -1;
+    }
+    for (int i = 0; i < 4; i++) pscom_test_any(); /* a close seen late */
+}
+
+/* in a handshake accepting a peer's connect (the server's own connect to
+ * "fuzzzzz" towards the sink may go on) */
+static int accepting(pscom_connection_t *c)
+{
+    return c->state == PSCOM_CON_STATE_ACCEPTING_ONDEMAND ||
+           (c->state != PSCOM_CON_STATE_CONNECTING_ONDEMAND && pscom_con_from_pub(c)->precon);
+}
+
+/* A valid on-demand handshake from "fuzzcli" (tcp): it must connect the
+ * waiting connection c. */
+static void valid_ondemand_connect(pscom_connection_t *c)
+{
+    uint8_t hs[256];
+    size_t len = fuzz_hs_valid_accept(hs, sizeof(hs), PSCOM_PRECON_FLAG_ONDEMAND, "fuzzcli");
+    int fd     = fuzz_tcp_play(client_connect(server_port), hs, len, 63);
+    for (unsigned passes = 0; c->type != PSCOM_CON_TYPE_TCP; passes++) {
+        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "a valid handshake connects the waiting one");
+        pscom_test_any();
+    }
+    counts.by_probe++;
+    await_closed(1, &fd);
+}
+
+/* Close our two connections and every one the server accepted: the socket
+ * must then hold none, before the sink answers anything (a request to
+ * connect back is withdrawn by the close). Then drop what reached the sink. */
+static void close_all(pscom_connection_t *cli, pscom_connection_t *zzz)
+{
+    pscom_close_connection(cli);
+    pscom_close_connection(zzz);
+    for (unsigned i = 0; i < n_accepted; i++) pscom_close_connection(accepted[i]);
+    n_accepted = 0;
+    pscom_sock_t *sock = pscom_sock_from_pub(server);
+    for (unsigned passes = 0; !pscom_list_empty(&sock->connections); passes++) {
+        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "closing them leaves no connection");
+        pscom_test_any();
+    }
+    int fd;
+    while ((fd = accept4(sink_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) close(fd);
+}
+
+static void await_done(pscom_request_t *r)
+{
+    if (!r) return;
+    for (unsigned passes = 0; !pscom_req_is_done(r); passes++) {
+        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "a waiting send ends");
+        pscom_test_any();
+    }
+    pscom_request_free(r);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 4) return 0;
+    if (!server) server_open();
+    unsigned flags = data[0], setup = data[1];
+    size_t first   = (size_t)data[2] | (size_t)data[3] << 8;
+    uint8_t *bytes = fuzz_node_marks_replaced(data + 4, size - 4);
+    if (first > size - 4) first = size - 4;
+
+    pscom_connection_t *cli = ondemand_to("fuzzcli"), *zzz = ondemand_to("fuzzzzz");
+    pscom_request_t *cli_send = (setup & FUZZ_OD_SEND_CLI) ? send_on(cli) : NULL;
+    pscom_request_t *zzz_send = (setup & FUZZ_OD_SEND_ZZZ) ? send_on(zzz) : NULL;
+
+    unsigned n = first < size - 4 ? 2 : 1; /* clients */
+    int fd[2]  = {client_connect(server_port), n > 1 ? client_connect(server_port) : -1};
+    const uint8_t *const b[] = {bytes, bytes + first};
+    const size_t len[]       = {first, size - 4 - first};
+    fuzz_tcp_play_n(n, fd, b, len, flags);
+    await_closed(n, fd);
+
+    /* a client that closed (bit 6) is seen by the server within a few passes */
+    for (unsigned passes = 0; accepting(cli) || accepting(zzz); passes++) {
+        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "no handshake with a client that is gone");
+        pscom_test_any();
+    }
+    if (zzz->state == PSCOM_CON_STATE_CONNECTING_ONDEMAND) counts.zzz_connecting++;
+    if ((setup & FUZZ_OD_PROBE) && cli->type == PSCOM_CON_TYPE_ONDEMAND)
+        valid_ondemand_connect(cli);
+    if (cli->type == PSCOM_CON_TYPE_TCP) counts.cli_connected++;
+
+    close_all(cli, zzz);
+    await_done(cli_send);
+    await_done(zzz_send);
+    free(bytes);
+    return 0;
+}
