@@ -2,23 +2,31 @@
  * fuzz_connect.c - the connect side of the handshake against any bytes the
  * peer it connects to answers with.
  *
- * One input is a byte of set-up and the peer's bytes:
+ * One input is two bytes of set-up and the peer's bytes:
  *
  *   byte 0   bits 0-5: the bytes go in pieces of this many + 1, the
  *                      client progressing between them (63: all at once)
  *            bit 6:    the peer closes instead of shutting down writing
+ *   byte 1   what connects, modulo 3 (FUZZ_CONNECT_*):
+ *            0 a plain connect;
+ *            1 an on-demand connection with a send waiting, to a peer of a
+ *              higher name ("zzzzzzz"): the client connects, with the
+ *              ONDEMAND flag;
+ *            2 the same to a peer of a lower name ("aaaaaaa"): the client
+ *              asks it to connect back (a back-connect request)
  *   rest     the peer's bytes; 4 bytes anywhere that read FUZZ_NODE_MARK
  *            become the client's node id (the peer then is on the same
  *            node, and shm is offered first)
  *
  * The peer is a plain TCP socket of this process that listens on port 0;
- * the client a pscom connection that connects to it with the built-in
- * transports (tcp, shm; ucp and openib off) and without retries
- * (PSP_RETRY=0). The peer accepts, sends the bytes, then ends. What must
- * hold (else abort()): no memory error, and once the peer's bytes ended
- * the client is done with the handshake and closes its side within
- * FUZZ_TCP_PASSES passes of progress, whatever state the bytes left it
- * in (failed, or connected over tcp and then failed).
+ * the client a pscom socket with the built-in transports (tcp, shm; ucp and
+ * openib off) and without retries (PSP_RETRY=0). The peer accepts, sends
+ * the bytes, then ends. What must hold (else FUZZ_CHECK aborts): no memory
+ * error; once the peer's bytes ended the client is done with the handshake
+ * and closes its side within FUZZ_TCP_PASSES passes of progress, whatever
+ * state the bytes left it in (failed, or connected over tcp and then
+ * failed); closing the connection then leaves the socket without any, and
+ * the waiting send ends.
  *
  * Built twice: with libFuzzer (PSCOM_FUZZ, clang) and with
  * fuzz_connect_gen.c and fuzz_driver.c as the ctest test fuzz_connect.
@@ -29,20 +37,23 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz_driver.h" /* FUZZ_CHECK */
 #include "fuzz_tcp.h"
 #include "pscom.h"
 #include "pscom_con.h"
 #include "pscom_core.h"
 #include "pscom_precon.h"
+#include "pscom_sock.h"
 
 static pscom_socket_t *client;
 static int peer_fd = -1, peer_port;
-static unsigned connected;
+static fuzz_connect_counts_t counts;
 
 static void client_open(void)
 {
@@ -56,6 +67,8 @@ static void client_open(void)
     client = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
     if (!client) abort();
     pscom_socket_set_name(client, "fuzzcli");
+    /* on-demand connections need a listener (the peer's way back) */
+    if (pscom_listen(client, PSCOM_ANYPORT) != PSCOM_SUCCESS) abort();
 
     peer_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (peer_fd < 0) abort();
@@ -68,9 +81,9 @@ static void client_open(void)
     peer_port = ntohs(sa.sin_port);
 }
 
-unsigned fuzz_connect_connected(void)
+fuzz_connect_counts_t fuzz_connect_counts(void)
 {
-    return connected;
+    return counts;
 }
 
 /* the peer's side of the connection, once the client's connect arrived */
@@ -80,35 +93,84 @@ static int peer_accept(void)
         int fd = accept4(peer_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd >= 0) return fd;
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) abort();
-        if (passes > FUZZ_TCP_PASSES) abort(); /* the client never connected */
+        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "the client connects");
         pscom_test_any();
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* the client's connection in mode; *send: its waiting send, if any */
+static pscom_connection_t *client_connect(unsigned mode, pscom_request_t **send)
 {
-    if (size < 1) return 0;
-    if (!client) client_open();
-    uint8_t *bytes = fuzz_node_marks_replaced(data + 1, size - 1);
-
+    static char msg[8] = "ondemand";
     pscom_connection_t *c = pscom_open_connection(client);
     if (!c) abort();
-    pscom_con_t *con = pscom_con_from_pub(c);
-    pscom_lock();
-    con->pub.state = PSCOM_CON_STATE_CONNECTING;
-    pscom_precon_connect_to(con, INADDR_LOOPBACK, peer_port, 0, NULL);
-    pscom_unlock();
+    *send = NULL;
+    if (mode == FUZZ_CONNECT_PLAIN) {
+        pscom_con_t *con = pscom_con_from_pub(c);
+        pscom_lock();
+        con->pub.state = PSCOM_CON_STATE_CONNECTING;
+        pscom_precon_connect_to(con, INADDR_LOOPBACK, peer_port, 0, NULL);
+        pscom_unlock();
+        return c;
+    }
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d@%s", peer_port,
+             mode == FUZZ_CONNECT_ONDEMAND ? "zzzzzzz" : "aaaaaaa");
+    if (pscom_connect(c, ep, 1, PSCOM_CON_FLAG_ONDEMAND) != PSCOM_SUCCESS) abort();
+    pscom_request_t *r = pscom_request_create(0, 0);
+    if (!r) abort();
+    r->connection = c;
+    r->data       = msg;
+    r->data_len   = sizeof(msg);
+    pscom_post_send(r); /* starts the connect or the request */
+    *send = r;
+    return c;
+}
 
-    int fd = fuzz_tcp_play(peer_accept(), bytes, size - 1, data[0]);
+/* a handshake of the socket goes on (a back-connect request has a
+ * connection of its own) */
+static int handshaking(pscom_sock_t *sock)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &sock->connections) {
+        if (pscom_list_entry(pos, pscom_con_t, sock_next)->precon) return 1;
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 2) return 0;
+    if (!client) client_open();
+    unsigned mode  = data[1] % 3;
+    uint8_t *bytes = fuzz_node_marks_replaced(data + 2, size - 2);
+    pscom_request_t *send;
+    pscom_connection_t *c = client_connect(mode, &send);
+
+    int fd = fuzz_tcp_play(peer_accept(), bytes, size - 2, data[0]);
 
     /* the client must notice the end, finish the handshake and close */
-    for (unsigned passes = 0; con->precon || (fd >= 0 && !fuzz_tcp_closed(fd)); passes++) {
-        if (passes > FUZZ_TCP_PASSES) abort(); /* left hanging */
+    pscom_sock_t *sock = pscom_sock_from_pub(client);
+    for (unsigned passes = 0; handshaking(sock) || (fd >= 0 && !fuzz_tcp_closed(fd)); passes++) {
+        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "the client ends the handshake and closes");
         pscom_test_any();
     }
     if (fd >= 0) close(fd);
-    if (c->type == PSCOM_CON_TYPE_TCP) connected++;
+    if (c->type == PSCOM_CON_TYPE_TCP) counts.connected++;
+    if (c->type == PSCOM_CON_TYPE_ONDEMAND && c->state == PSCOM_CON_STATE_RW) counts.waiting++;
+
     pscom_close_connection(c);
+    for (unsigned passes = 0; !pscom_list_empty(&sock->connections); passes++) {
+        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "closing it leaves no connection");
+        pscom_test_any();
+    }
+    if (send) {
+        for (unsigned passes = 0; !pscom_req_is_done(send); passes++) {
+            FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "the waiting send ends");
+            pscom_test_any();
+        }
+        pscom_request_free(send);
+    }
     free(bytes);
     return 0;
 }

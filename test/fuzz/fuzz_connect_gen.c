@@ -2,9 +2,11 @@
  * fuzz_connect_gen.c - the ctest side of the fuzz target fuzz_connect.c
  * (run by fuzz_driver.c):
  *   1. a valid answer (HELLO, ACCEPT of the offered tcp, CONFIRM_OK), sent
- *      whole or in pieces, gets the connection up over tcp, and the peer's
- *      EOF then ends it; a CONFIRM_OK that answers the OFFER (no ACCEPT)
- *      gets no connection, whichever transport was offered;
+ *      whole or in pieces, gets a plain or on-demand connection up over
+ *      tcp, and the peer's EOF then ends it; a CONFIRM_OK that answers the
+ *      OFFER (no ACCEPT) gets no connection, whichever transport was
+ *      offered; a back-connect request answered with BACKCONNECT_OK leaves
+ *      the connection waiting, one refused as final fails it;
  *   2. answers of every message type with plausible and random fields,
  *      then damaged.
  */
@@ -18,41 +20,72 @@
  * 0.5 s, few enough to run the suite repeatedly and in parallel */
 const long fuzz_target_runs = 5000;
 
-/* ---- 1. a valid answer ----------------------------------------------------------------- */
+/* ---- 1. valid answers ------------------------------------------------------------------ */
+
+/* the input: set-up bytes flags and mode, then the messages */
+static size_t start(unsigned char *in, unsigned flags, unsigned mode)
+{
+    in[0] = (unsigned char)flags;
+    in[1] = (unsigned char)mode;
+    return 2;
+}
+
+/* a HELLO from another node (tcp only) or this one (shm offered first) */
+static size_t hello(unsigned char *p, size_t room, int same_node)
+{
+    pscom_precon_hello_t h = fuzz_hs_hello(0, "fuzzsrv");
+    h.node_id              = (int32_t)htole32(same_node ? FUZZ_NODE_MARK : 0xfffffffeu);
+    h.attempt              = 0;
+    return fuzz_hs_put(p, room, PSCOM_PRECON_HELLO, &h, sizeof(h));
+}
+
+static fuzz_connect_counts_t run(const unsigned char *in, size_t len)
+{
+    fuzz_connect_counts_t before = fuzz_connect_counts();
+    LLVMFuzzerTestOneInput(in, len); /* also: the EOF ends the connection */
+    fuzz_connect_counts_t after = fuzz_connect_counts();
+    return (fuzz_connect_counts_t){.connected = after.connected - before.connected,
+                                   .waiting   = after.waiting - before.waiting};
+}
 
 const char *fuzz_target_selfcheck(void)
 {
-    for (unsigned step = 1; step <= 63; step = step * 2 + 1) { /* 1, 3, 7, ..., whole */
-        unsigned char in[256];
-        in[0]                  = (unsigned char)(step == 63 ? 63 : step - 1);
-        size_t len             = 1;
-        pscom_precon_hello_t h = fuzz_hs_hello(0, "fuzzsrv");
-        h.node_id              = (int32_t)htole32(0xfffffffeu); /* another node: tcp only */
-        h.attempt              = 0;
-        len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_HELLO, &h, sizeof(h));
-        len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_ACCEPT, NULL, 0);
-        len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_CONFIRM_OK, NULL, 0);
-        unsigned before = fuzz_connect_connected();
-        LLVMFuzzerTestOneInput(in, len); /* also: the EOF ends the connection */
-        FUZZ_CHECK(fuzz_connect_connected() == before + 1);
+    unsigned char in[256];
+    fuzz_connect_counts_t d;
+    for (unsigned mode = FUZZ_CONNECT_PLAIN; mode <= FUZZ_CONNECT_ONDEMAND; mode++) {
+        for (unsigned step = 1; step <= 63; step = step * 2 + 1) { /* 1, 3, 7, ..., whole */
+            size_t len = start(in, step == 63 ? 63 : step - 1, mode);
+            len += hello(in + len, sizeof(in) - len, 0);
+            len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_ACCEPT, NULL, 0);
+            len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_CONFIRM_OK, NULL, 0);
+            d = run(in, len);
+            FUZZ_CHECK(d.connected == 1);
+        }
     }
     /* CONFIRM_OK answers our CONFIRM, never our OFFER: a transport must not
      * start without its con_connect (shm: a NULL dereference, 2026-11-27) */
     for (int same = 0; same < 2; same++) {
-        unsigned char in[256];
-        in[0]                  = 63;
-        size_t len             = 1;
-        pscom_precon_hello_t h = fuzz_hs_hello(0, "fuzzsrv");
-        h.node_id              = (int32_t)htole32(same ? FUZZ_NODE_MARK : 0xfffffffeu);
-        h.attempt              = 0;
-        len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_HELLO, &h, sizeof(h));
+        size_t len = start(in, 63, FUZZ_CONNECT_PLAIN);
+        len += hello(in + len, sizeof(in) - len, same);
         len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_CONFIRM_OK, NULL, 0);
-        unsigned before = fuzz_connect_connected();
-        LLVMFuzzerTestOneInput(in, len);
-        FUZZ_CHECK(fuzz_connect_connected() == before);
+        d = run(in, len);
+        FUZZ_CHECK(d.connected == 0);
     }
-    return "valid answers: connected over tcp, then ended by the peer's EOF; "
-           "CONFIRM_OK for an OFFER: refused";
+    /* a back-connect request: answered, the connection waits for the peer;
+     * refused as final, it fails */
+    size_t len = start(in, 63, FUZZ_CONNECT_BACKCONNECT);
+    len += hello(in + len, sizeof(in) - len, 0);
+    size_t ok_len = len + fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_BACKCONNECT_OK,
+                                      NULL, 0);
+    d = run(in, ok_len);
+    FUZZ_CHECK(d.waiting == 1 && d.connected == 0);
+    uint32_t failed = htole32(PSCOM_PRECON_REJECT_FAILED);
+    len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_REJECT, &failed, sizeof(failed));
+    d = run(in, len);
+    FUZZ_CHECK(d.waiting == 0 && d.connected == 0);
+    return "valid answers to a plain and an on-demand connect: connected over tcp, then ended "
+           "by the peer's EOF; CONFIRM_OK for an OFFER: refused; a back-connect request "
+           "answered: waiting, refused: failed";
 }
 
 /* ---- 2. damaged answers of every message type ------------------------------------------- */
@@ -82,5 +115,5 @@ static size_t gen_message(unsigned char *p, size_t room, int first)
 
 size_t fuzz_target_generate(unsigned char *in, size_t room)
 {
-    return fuzz_hs_generate(in, room, gen_message);
+    return fuzz_hs_generate(in, room, 2, gen_message); /* flags, mode */
 }

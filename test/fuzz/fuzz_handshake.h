@@ -35,9 +35,9 @@ void fuzz_hs_fill(unsigned char *pl, size_t from, size_t len);
 /* a message of this type whose magic and version are now and then wrong */
 size_t fuzz_hs_put_any(unsigned char *p, size_t room, uint16_t type, const void *payload,
                        size_t len);
-/* a generated input of the handshake targets: the set-up byte, 1-5
- * messages of gen_message (first: the first one), damaged */
-size_t fuzz_hs_generate(unsigned char *in, size_t room,
+/* a generated input of the handshake targets: setup random set-up bytes,
+ * 1-5 messages of gen_message (first: the first one), damaged */
+size_t fuzz_hs_generate(unsigned char *in, size_t room, size_t setup,
                         size_t (*gen_message)(unsigned char *p, size_t room, int first));
 
 #endif /* PSCOM_FUZZ_HANDSHAKE_H */

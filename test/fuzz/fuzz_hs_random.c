@@ -35,12 +35,12 @@ size_t fuzz_hs_put_any(unsigned char *p, size_t room, uint16_t type, const void 
     return fuzz_hs_put_msg(p, room, magic, type, version, payload, len);
 }
 
-size_t fuzz_hs_generate(unsigned char *in, size_t room,
+size_t fuzz_hs_generate(unsigned char *in, size_t room, size_t setup,
                         size_t (*gen_message)(unsigned char *p, size_t room, int first))
 {
-    in[0]      = (unsigned char)fuzz_rnd();
-    size_t len = 1;
+    for (size_t k = 0; k < setup; k++) in[k] = (unsigned char)fuzz_rnd();
+    size_t len = setup;
     for (unsigned m = 1 + fuzz_rnd_below(5), first = 1; m; m--, first = 0)
         len += gen_message(in + len, room - len, first);
-    return fuzz_damage(in, len, 1);
+    return fuzz_damage(in, len, setup);
 }

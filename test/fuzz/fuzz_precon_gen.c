@@ -74,5 +74,5 @@ static size_t gen_message(unsigned char *p, size_t room, int first)
 
 size_t fuzz_target_generate(unsigned char *in, size_t room)
 {
-    return fuzz_hs_generate(in, room, gen_message);
+    return fuzz_hs_generate(in, room, 1, gen_message); /* flags */
 }
