@@ -3,13 +3,13 @@
  */
 #include "pscom_group.h"
 
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pscom_con.h"
 #include "pscom_core.h"
 #include "pscom_log.h"
+#include "pscom_misuse.h"
 #include "pscom_progress.h"
 #include "pscom_req.h"
 #include "pscom_sock.h"
@@ -190,9 +190,10 @@ PSCOM_API pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group
                                           pscom_connection_t **connections)
 {
     pscom_sock_t *sock = pscom_sock_from_pub(socket);
-    assert(my_grank < group_size);
-    for (uint32_t i = 0; i < group_size; i++) assert(connections[i]);
-    assert(!pscom_group_find(socket, group_id));
+    pscom_api_check(my_grank < group_size, "my_grank < group_size");
+    for (uint32_t i = 0; i < group_size; i++)
+        pscom_api_check(connections[i], "a connection for every member, self included");
+    pscom_api_check(!pscom_group_find(socket, group_id), "a group id unique on the socket");
     pscom_lock();
     struct pscom_sock_coll *c = coll_of(sock);
     pscom_group_t *g          = c ? calloc(1, sizeof(*g)) : NULL;
@@ -217,7 +218,7 @@ out:
 PSCOM_API void pscom_group_close(pscom_group_t *group)
 {
     if (!group) return;
-    assert(group->magic == GROUP_MAGIC);
+    pscom_api_check(group->magic == GROUP_MAGIC, "an open group");
     pscom_lock();
     pscom_list_del(&group->next);
     group->magic = 0;
@@ -275,7 +276,8 @@ static int bcast_locked(pscom_group_t *g, uint32_t root, void *xh, size_t xh_len
 PSCOM_API void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
                            size_t xheader_len, void *data, size_t data_len)
 {
-    assert(group && group->magic == GROUP_MAGIC && bcast_root < group->size);
+    pscom_api_check(group && group->magic == GROUP_MAGIC, "an open group");
+    pscom_api_check(bcast_root < group->size, "a root within the group");
     pscom_lock();
     bcast_locked(group, bcast_root, xheader, xheader_len, data, data_len);
     pscom_unlock();
@@ -283,9 +285,9 @@ PSCOM_API void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xhea
 
 PSCOM_API void pscom_post_bcast(pscom_request_t *request)
 {
-    assert(request->state & PSCOM_REQ_STATE_DONE);
+    pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_group_t *g = pscom_group_find(request->socket, request->xheader.bcast.group_id);
-    assert(g);
+    pscom_api_check(g, "the group of xheader.bcast exists");
     size_t hdr       = sizeof(pscom_xheader_bcast_t);
     size_t user_xlen = request->xheader_len > hdr ? request->xheader_len - hdr : 0;
     pscom_lock();
@@ -300,7 +302,7 @@ PSCOM_API void pscom_post_bcast(pscom_request_t *request)
 
 PSCOM_API void pscom_barrier(pscom_group_t *group)
 {
-    assert(group && group->magic == GROUP_MAGIC);
+    pscom_api_check(group && group->magic == GROUP_MAGIC, "an open group");
     uint32_t n = group->size, me = group->my_grank;
     if (n <= 1) return;
     pscom_lock();

@@ -2,7 +2,6 @@
  * pscom_msg_api.c - public messaging functions: send, receive, wait,
  * probe, cancel.
  */
-#include <assert.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include "pscom_config.h"
 #include "pscom_core.h"
 #include "pscom_log.h"
+#include "pscom_misuse.h"
 #include "pscom_progress.h"
 #include "pscom_queues.h"
 #include "pscom_req.h"
@@ -28,8 +28,8 @@ static void send_user(pscom_req_t *req)
 
 PSCOM_API __attribute__((flatten)) void pscom_post_send(pscom_request_t *request)
 {
-    assert(request->state & PSCOM_REQ_STATE_DONE);
-    assert(request->connection);
+    pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
+    pscom_api_check(request->connection, "a send needs a connection");
     pscom_lock();
     pscom_req_t *req = pscom_req_from_pub(request);
     pscom_con_t *con = pscom_con_from_pub(request->connection);
@@ -115,7 +115,7 @@ PSCOM_API void pscom_send_inplace(pscom_connection_t *connection, void *xheader,
 
 PSCOM_API void pscom_post_recv(pscom_request_t *request)
 {
-    assert(request->state & PSCOM_REQ_STATE_DONE);
+    pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_lock();
     request->state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
     pscom_recv_post(pscom_req_from_pub(request));
@@ -196,7 +196,7 @@ PSCOM_API void pscom_wait_any(void)
 
 PSCOM_API int pscom_cancel_send(pscom_request_t *request)
 {
-    assert(request->state & PSCOM_REQ_STATE_SEND_REQUEST);
+    pscom_api_check(request->state & PSCOM_REQ_STATE_SEND_REQUEST, "a send request");
     int res = 0;
     pscom_lock();
     if ((request->state & (PSCOM_REQ_STATE_POSTED | PSCOM_REQ_STATE_IO_STARTED |
@@ -213,7 +213,7 @@ PSCOM_API int pscom_cancel_send(pscom_request_t *request)
 
 PSCOM_API int pscom_cancel_recv(pscom_request_t *request)
 {
-    assert(request->state & PSCOM_REQ_STATE_RECV_REQUEST);
+    pscom_api_check(request->state & PSCOM_REQ_STATE_RECV_REQUEST, "a receive request");
     int res = 0;
     pscom_lock();
     if ((request->state & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) == 0)
@@ -235,7 +235,7 @@ static unsigned iprobe_calls;
 
 PSCOM_API int pscom_iprobe(pscom_request_t *request)
 {
-    assert(request->state & PSCOM_REQ_STATE_DONE);
+    pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is probed only when DONE");
     pscom_lock();
     pscom.stats.probes++;
     if (++iprobe_calls > pscom_config.iprobe_count) {

@@ -17,6 +17,7 @@
 #include "pscom_copy.h"
 #include "pscom_core.h"
 #include "pscom_log.h"
+#include "pscom_misuse.h"
 #include "pscom_req.h"
 #include "pscom_rndv.h"
 #include "pscom_sock.h"
@@ -150,8 +151,9 @@ pscom_req_t *pscom_match_incoming(pscom_con_t *con, pscom_header_net_t *hn,
         pscom_request_t *r = sock->pub.ops.default_recv(&con->pub, hn);
         if (r) {
             req = pscom_req_from_pub(r);
-            assert(req->magic == PSCOM_REQ_MAGIC);
-            assert(r->state & PSCOM_REQ_STATE_DONE);
+            pscom_api_check(req->magic == PSCOM_REQ_MAGIC,
+                            "default_recv returns a request of pscom_request_create()");
+            pscom_api_check(r->state & PSCOM_REQ_STATE_DONE, "default_recv returns a DONE request");
             r->state = PSCOM_REQ_STATE_RECV_REQUEST;
             goto matched;
         }

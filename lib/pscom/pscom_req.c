@@ -9,6 +9,7 @@
 #include "pscom_config.h"
 #include "pscom_core.h"
 #include "pscom_log.h"
+#include "pscom_misuse.h"
 
 /* xheader area: the library's own xheader union at least, rounded up to 8 */
 static size_t xheader_area(size_t max_xheader_len)
@@ -90,8 +91,8 @@ PSCOM_API void pscom_request_free(pscom_request_t *request)
 {
     if (!request) return;
     pscom_req_t *req = pscom_req_from_pub(request);
-    assert(req->magic == PSCOM_REQ_MAGIC);
-    assert(request->state & PSCOM_REQ_STATE_DONE);
+    pscom_api_check(req->magic == PSCOM_REQ_MAGIC, "a request of pscom_request_create(), not yet freed");
+    pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is freed only when DONE");
     pscom_lock();
     pscom_req_free(req);
     pscom_unlock();

@@ -3,7 +3,6 @@
  */
 #include "pscom_rma.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include "pscom_con.h"
 #include "pscom_core.h"
 #include "pscom_log.h"
+#include "pscom_misuse.h"
 #include "pscom_plugin.h"
 #include "pscom_req.h"
 #include "pscom_sock.h"
@@ -116,7 +116,7 @@ out:
 PSCOM_API pscom_err_t pscom_mem_deregister(pscom_memh_t memh)
 {
     if (!memh) return PSCOM_SUCCESS;
-    assert(memh->magic == PSCOM_MEMH_MAGIC);
+    pscom_api_check(memh->magic == PSCOM_MEMH_MAGIC, "a registered memory handle");
     pscom_lock();
     pscom_list_del(&memh->next);
     memh->magic = 0;
@@ -130,7 +130,7 @@ PSCOM_API pscom_err_t pscom_rkey_buffer_pack(void **rkeybuf, size_t *bufsize, ps
 {
     *rkeybuf = NULL;
     if (!memh) return PSCOM_ERR_INVALID;
-    assert(memh->magic == PSCOM_MEMH_MAGIC);
+    pscom_api_check(memh->magic == PSCOM_MEMH_MAGIC, "a registered memory handle");
     void *copy = malloc(memh->rkey_buf_len);
     if (!copy) {
         errno = ENOMEM;
@@ -145,7 +145,8 @@ PSCOM_API pscom_err_t pscom_rkey_buffer_pack(void **rkeybuf, size_t *bufsize, ps
 PSCOM_API void pscom_rkey_buffer_release(void *rkey_buffer)
 {
     if (!rkey_buffer) return;
-    assert(le32toh(((rkey_buf_t *)rkey_buffer)->magic) == RKEY_BUF_MAGIC);
+    pscom_api_check(le32toh(((rkey_buf_t *)rkey_buffer)->magic) == RKEY_BUF_MAGIC,
+                    "a buffer of pscom_rkey_buffer_pack()");
     free(rkey_buffer);
 }
 
@@ -178,7 +179,7 @@ bad:
 PSCOM_API pscom_err_t pscom_rkey_destroy(pscom_rkey_t rkey)
 {
     if (!rkey) return PSCOM_SUCCESS;
-    assert(rkey->magic == PSCOM_RKEY_MAGIC);
+    pscom_api_check(rkey->magic == PSCOM_RKEY_MAGIC, "an rkey of pscom_rkey_generate()");
     rkey->magic = 0;
     free(rkey);
     return PSCOM_SUCCESS;
@@ -188,8 +189,8 @@ PSCOM_API void pscom_register_rma_callbacks(void (*target_callback)(pscom_reques
                                             pscom_memh_t memh, pscom_rma_op_t rma_op)
 {
     if (!memh) return;
-    assert(memh->magic == PSCOM_MEMH_MAGIC);
-    assert((unsigned)rma_op < PSCOM_RMA_OP_COUNT);
+    pscom_api_check(memh->magic == PSCOM_MEMH_MAGIC, "a registered memory handle");
+    pscom_api_check((unsigned)rma_op < PSCOM_RMA_OP_COUNT, "a known RMA operation");
     memh->callbacks[rma_op] = target_callback;
 }
 
@@ -200,8 +201,9 @@ PSCOM_API void pscom_register_rma_callbacks(void (*target_callback)(pscom_reques
 static pscom_con_t *rma_begin(pscom_request_t *r, pscom_req_state_t state, size_t min_xlen,
                               int check_range)
 {
-    assert(r->state & PSCOM_REQ_STATE_DONE);
-    assert(r->rma.rkey && r->rma.rkey->magic == PSCOM_RKEY_MAGIC);
+    pscom_api_check(r->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
+    pscom_api_check(r->rma.rkey && r->rma.rkey->magic == PSCOM_RKEY_MAGIC,
+                    "rma.rkey is an rkey of pscom_rkey_generate()");
     if (!r->ops.io_done) r->ops.io_done = pscom_request_free; /* frees itself */
     if (r->xheader_len < min_xlen) r->xheader_len = min_xlen;
     r->state         = state;
@@ -363,7 +365,7 @@ PSCOM_API void pscom_post_rma_compare_swap(pscom_request_t *request)
  * target's registered regions) */
 PSCOM_API void pscom_post_rma_write(pscom_request_t *request)
 {
-    assert(request->state & PSCOM_REQ_STATE_DONE);
+    pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_lock();
     request->xheader_len = sizeof(pscom_xheader_rma_write_t);
     request->state       = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
@@ -375,7 +377,7 @@ PSCOM_API void pscom_post_rma_write(pscom_request_t *request)
 /* legacy: read xheader.rma_read.src/src_len into data/data_len */
 PSCOM_API void pscom_post_rma_read(pscom_request_t *request)
 {
-    assert(request->state & PSCOM_REQ_STATE_DONE);
+    pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_lock();
     pscom_req_t *req = pscom_req_from_pub(request);
     pscom_con_t *con = pscom_con_from_pub(request->connection);

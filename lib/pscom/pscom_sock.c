@@ -6,7 +6,6 @@
 #include "pscom_sock.h"
 
 #include <arpa/inet.h>
-#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -23,6 +22,7 @@
 #include "pscom_core.h"
 #include "pscom_group.h"
 #include "pscom_log.h"
+#include "pscom_misuse.h"
 #include "pscom_ondemand.h"
 #include "pscom_plugin_reg.h"
 #include "pscom_precon.h"
@@ -302,7 +302,7 @@ PSCOM_API void pscom_suspend_listen(pscom_socket_t *socket)
 
 PSCOM_API void pscom_resume_listen(pscom_socket_t *socket)
 {
-    assert(socket->listen_portno != -1);
+    pscom_api_check(socket->listen_portno != -1, "pscom_listen() before");
     pscom_lock();
     pscom_sock_from_pub(socket)->listen_stop_pending = 0;
     listen_activate(pscom_sock_from_pub(socket));
@@ -467,25 +467,25 @@ PSCOM_API void pscom_con_type_mask_all(pscom_socket_t *socket)
 
 PSCOM_API void pscom_con_type_mask_only(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
-    assert((unsigned)con_type < 64);
+    pscom_api_check((unsigned)con_type < 64, "con_type < 64");
     pscom_sock_from_pub(socket)->con_type_mask = 1ULL << con_type;
 }
 
 PSCOM_API void pscom_con_type_mask_add(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
-    assert((unsigned)con_type < 64);
+    pscom_api_check((unsigned)con_type < 64, "con_type < 64");
     pscom_sock_from_pub(socket)->con_type_mask |= 1ULL << con_type;
 }
 
 PSCOM_API void pscom_con_type_mask_del(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
-    assert((unsigned)con_type < 64);
+    pscom_api_check((unsigned)con_type < 64, "con_type < 64");
     pscom_sock_from_pub(socket)->con_type_mask &= ~(1ULL << con_type);
 }
 
 PSCOM_API int pscom_con_type_mask_is_set(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
-    assert((unsigned)con_type < 64);
+    pscom_api_check((unsigned)con_type < 64, "con_type < 64");
     return pscom_sock_con_type_ok(pscom_sock_from_pub(socket), con_type);
 }
 
@@ -501,7 +501,7 @@ PSCOM_API void *pscom_con_type_mask_backup(pscom_socket_t *socket)
 PSCOM_API void pscom_con_type_mask_restore(pscom_socket_t *socket, void *con_type_mask_backup)
 {
     mask_backup_t *b = con_type_mask_backup;
-    assert(b && b->magic == MASK_BACKUP_MAGIC);
+    pscom_api_check(b && b->magic == MASK_BACKUP_MAGIC, "a backup of pscom_con_type_mask_backup()");
     pscom_sock_from_pub(socket)->con_type_mask = b->mask;
     b->magic                                   = 0;
     free(b);

@@ -1,0 +1,151 @@
+/*
+ * test_misuse.c - misuse of the API is caught (spec 5.10) in every build,
+ * release builds (NDEBUG) included: the process aborts with a message that
+ * names the call and the rule it broke, instead of corrupting its queues.
+ * Each case runs in a child process; the parent checks that it died of
+ * SIGABRT and what it printed. The first case does everything right and
+ * must exit normally.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pscom.h"
+#include "tu_text.h"
+
+static pscom_socket_t *sock;
+
+/* a receive that stays pending: nothing is ever sent */
+static pscom_request_t *pending_recv(void)
+{
+    pscom_request_t *r = pscom_request_create(0, 0);
+    r->socket          = sock;
+    pscom_post_recv(r);
+    assert_false(pscom_req_is_done(r));
+    return r;
+}
+
+static void right(void)
+{
+    pscom_request_t *r = pending_recv();
+    assert_int_equal(pscom_cancel_recv(r), 1);
+    pscom_request_free(r);
+}
+
+static void repost_recv(void)
+{
+    pscom_post_recv(pending_recv());
+}
+
+static void free_pending(void)
+{
+    pscom_request_free(pending_recv());
+}
+
+static void probe_pending(void)
+{
+    pscom_iprobe(pending_recv());
+}
+
+static void send_without_connection(void)
+{
+    pscom_request_t *r = pscom_request_create(0, 0);
+    pscom_post_send(r);
+}
+
+static void cancel_recv_as_send(void)
+{
+    pscom_cancel_send(pending_recv());
+}
+
+static void con_type_out_of_range(void)
+{
+    pscom_con_type_mask_only(sock, (pscom_con_type_t)64);
+}
+
+static void resume_without_listen(void)
+{
+    pscom_resume_listen(sock);
+}
+
+/* Run fn in a child; returns its stderr (malloc'ed), *status its wait status. */
+static char *in_child(void (*fn)(void), int *status)
+{
+    FILE *err = tmpfile();
+    assert_non_null(err);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fileno(err), 2);
+        fn();
+        _exit(0);
+    }
+    assert_int_equal(waitpid(pid, status, 0), pid);
+    char *out = tu_read_fd(fileno(err));
+    assert_non_null(out);
+    fclose(err);
+    return out;
+}
+
+static void expect_abort(void (*fn)(void), const char *call, const char *rule)
+{
+    int status;
+    char *out = in_child(fn, &status);
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT || !strstr(out, call) ||
+        !strstr(out, "API misuse") || !strstr(out, rule))
+        fail_msg("%s: expected an abort naming \"%s\" and \"%s\"; status %#x, printed: %s", call,
+                 call, rule, status, out);
+    free(out);
+}
+
+static void test_right_use_runs(void **state)
+{
+    int status;
+    char *out = in_child(right, &status);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    free(out);
+}
+
+static void test_misuse_aborts(void **state)
+{
+    expect_abort(repost_recv, "pscom_post_recv", "posted only when DONE");
+    expect_abort(free_pending, "pscom_request_free", "freed only when DONE");
+    expect_abort(probe_pending, "pscom_iprobe", "probed only when DONE");
+    expect_abort(send_without_connection, "pscom_post_send", "needs a connection");
+    expect_abort(cancel_recv_as_send, "pscom_cancel_send", "a send request");
+    expect_abort(con_type_out_of_range, "pscom_con_type_mask_only", "con_type < 64");
+    expect_abort(resume_without_listen, "pscom_resume_listen", "pscom_listen() before");
+}
+
+static int setup(void **state)
+{
+    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
+    sock = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
+    assert_non_null(sock);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    pscom_close_socket(sock);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_right_use_runs),
+        cmocka_unit_test(test_misuse_aborts),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
