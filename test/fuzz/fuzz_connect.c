@@ -34,12 +34,10 @@
 #define _GNU_SOURCE /* accept4 */
 #include "fuzz_connect.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -57,28 +55,10 @@ static fuzz_connect_counts_t counts;
 
 static void client_open(void)
 {
-    setenv("PSP_DEBUG", "0", 0); /* the handshake errors by the thousand */
-    setenv("PSP_UCP", "0", 1);
-    setenv("PSP_OPENIB", "0", 1);
     setenv("PSP_RETRY", "0", 1); /* one attempt: the peer answers once */
-    /* an shm offer creates its ring (fully allocated): the smallest one */
-    setenv("PSP_SHM_RING_SIZE", "16384", 1);
-    if (pscom_init(PSCOM_VERSION) != PSCOM_SUCCESS) abort();
-    client = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
-    if (!client) abort();
-    pscom_socket_set_name(client, "fuzzcli");
-    /* on-demand connections need a listener (the peer's way back) */
-    if (pscom_listen(client, PSCOM_ANYPORT) != PSCOM_SUCCESS) abort();
-
-    peer_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (peer_fd < 0) abort();
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    sa.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
-    socklen_t sl          = sizeof(sa);
-    if (bind(peer_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(peer_fd, 16) < 0 ||
-        getsockname(peer_fd, (struct sockaddr *)&sa, &sl) < 0)
-        abort();
-    peer_port = ntohs(sa.sin_port);
+    /* listening: on-demand connections need a way back for the peer */
+    client  = fuzz_tcp_pscom_socket("fuzzcli");
+    peer_fd = fuzz_tcp_listen(&peer_port);
 }
 
 fuzz_connect_counts_t fuzz_connect_counts(void)

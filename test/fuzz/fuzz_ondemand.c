@@ -44,12 +44,8 @@
 #define _GNU_SOURCE /* accept4 */
 #include "fuzz_ondemand.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -74,35 +70,12 @@ static void on_accept(pscom_connection_t *con)
     accepted[n_accepted++] = con;
 }
 
-static int listener(int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) abort();
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    sa.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
-    socklen_t sl          = sizeof(sa);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
-        abort();
-    *port = ntohs(sa.sin_port);
-    return fd;
-}
-
 static void server_open(void)
 {
-    setenv("PSP_DEBUG", "0", 0); /* the handshake errors by the thousand */
-    setenv("PSP_UCP", "0", 1);
-    setenv("PSP_OPENIB", "0", 1);
-    /* an shm accept creates its ring (fully allocated): the smallest one */
-    setenv("PSP_SHM_RING_SIZE", "16384", 1);
-    if (pscom_init(PSCOM_VERSION) != PSCOM_SUCCESS) abort();
-    server = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
-    if (!server) abort();
-    pscom_socket_set_name(server, "fuzzsrv");
+    server                 = fuzz_tcp_pscom_socket("fuzzsrv");
     server->ops.con_accept = on_accept;
-    if (pscom_listen(server, PSCOM_ANYPORT) != PSCOM_SUCCESS) abort();
-    server_port = pscom_get_portno(server);
-    sink_fd     = listener(&sink_port);
+    server_port            = pscom_get_portno(server);
+    sink_fd                = fuzz_tcp_listen(&sink_port);
 }
 
 fuzz_od_counts_t fuzz_ondemand_counts(void)
@@ -129,17 +102,6 @@ static pscom_request_t *send_on(pscom_connection_t *c)
     r->data_len   = sizeof(msg);
     pscom_post_send(r);
     return r;
-}
-
-static int client_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) abort();
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
-    /* the listen queue takes it; the server accepts during progress */
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) abort();
-    return fd;
 }
 
 /* the server must notice the end of each client and close its side */
@@ -171,7 +133,7 @@ static void valid_ondemand_connect(pscom_connection_t *c)
 {
     uint8_t hs[256];
     size_t len = fuzz_hs_valid_accept(hs, sizeof(hs), PSCOM_PRECON_FLAG_ONDEMAND, "fuzzcli");
-    int fd     = fuzz_tcp_play(client_connect(server_port), hs, len, 63);
+    int fd     = fuzz_tcp_play(fuzz_tcp_connect(server_port), hs, len, 63);
     for (unsigned passes = 0; c->type != PSCOM_CON_TYPE_TCP; passes++) {
         FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "a valid handshake connects the waiting one");
         pscom_test_any();
@@ -222,7 +184,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pscom_request_t *zzz_send = (setup & FUZZ_OD_SEND_ZZZ) ? send_on(zzz) : NULL;
 
     unsigned n = first < size - 4 ? 2 : 1; /* clients */
-    int fd[2]  = {client_connect(server_port), n > 1 ? client_connect(server_port) : -1};
+    int fd[2]  = {fuzz_tcp_connect(server_port), n > 1 ? fuzz_tcp_connect(server_port) : -1};
     const uint8_t *const b[] = {bytes, bytes + first};
     const size_t len[]       = {first, size - 4 - first};
     fuzz_tcp_play_n(n, fd, b, len, flags);

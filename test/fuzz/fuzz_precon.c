@@ -25,12 +25,7 @@
  */
 #include "fuzz_precon.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fuzz_tcp.h"
@@ -47,32 +42,14 @@ static void on_accept(pscom_connection_t *con)
 
 static void server_open(void)
 {
-    setenv("PSP_DEBUG", "0", 0); /* the handshake errors by the thousand */
-    setenv("PSP_UCP", "0", 1);
-    setenv("PSP_OPENIB", "0", 1);
-    if (pscom_init(PSCOM_VERSION) != PSCOM_SUCCESS) abort();
-    server = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
-    if (!server) abort();
-    pscom_socket_set_name(server, "fuzzsrv");
+    server                 = fuzz_tcp_pscom_socket("fuzzsrv");
     server->ops.con_accept = on_accept;
-    if (pscom_listen(server, PSCOM_ANYPORT) != PSCOM_SUCCESS) abort();
-    server_port = pscom_get_portno(server);
+    server_port            = pscom_get_portno(server);
 }
 
 unsigned fuzz_precon_accepted(void)
 {
     return accepted;
-}
-
-static int client_connect(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) abort();
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)server_port)};
-    sa.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
-    /* the listen queue takes it; the server accepts during progress */
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) abort();
-    return fd;
 }
 
 static void close_accepted(void)
@@ -86,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1) return 0;
     if (!server) server_open();
     uint8_t *bytes = fuzz_node_marks_replaced(data + 1, size - 1);
-    int fd         = fuzz_tcp_play(client_connect(), bytes, size - 1, data[0]);
+    int fd         = fuzz_tcp_play(fuzz_tcp_connect(server_port), bytes, size - 1, data[0]);
 
     /* the server must notice the end and close its side */
     if (fd >= 0) {

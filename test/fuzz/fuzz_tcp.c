@@ -3,15 +3,55 @@
  */
 #include "fuzz_tcp.h"
 
+#include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "fuzz_handshake.h"
-#include "pscom.h"
+
+pscom_socket_t *fuzz_tcp_pscom_socket(const char *name)
+{
+    setenv("PSP_DEBUG", "0", 0); /* the handshake errors by the thousand */
+    setenv("PSP_UCP", "0", 1);   /* ucp and openib: their blobs have tests of their own */
+    setenv("PSP_OPENIB", "0", 1);
+    /* an shm accept or offer creates its ring (fully allocated): the smallest one */
+    setenv("PSP_SHM_RING_SIZE", "16384", 1);
+    if (pscom_init(PSCOM_VERSION) != PSCOM_SUCCESS) abort();
+    pscom_socket_t *s = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
+    if (!s) abort();
+    pscom_socket_set_name(s, name);
+    if (pscom_listen(s, PSCOM_ANYPORT) != PSCOM_SUCCESS) abort();
+    return s;
+}
+
+int fuzz_tcp_listen(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) abort();
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
+    socklen_t sl          = sizeof(sa);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
+        abort();
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+int fuzz_tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) abort();
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) abort();
+    return fd;
+}
 
 uint8_t *fuzz_node_marks_replaced(const uint8_t *data, size_t size)
 {

@@ -8,9 +8,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pscom.h"
+
 /* progress passes a pscom side gets to read, answer or close before the
  * harness calls it hanging (abort) */
 #define FUZZ_TCP_PASSES 200000
+
+/* pscom initialised for a handshake target (built-in transports: tcp and
+ * shm with its smallest ring; no log), and a socket of this name that
+ * listens on a port of its own */
+pscom_socket_t *fuzz_tcp_pscom_socket(const char *name);
+
+/* a plain TCP socket listening on a port of 127.0.0.1 (*port) */
+int fuzz_tcp_listen(int *port);
+
+/* a plain TCP socket connected to port of 127.0.0.1 (the listen queue
+ * takes it; a pscom side accepts during progress) */
+int fuzz_tcp_connect(int port);
 
 /* a copy of the bytes (free it) with each FUZZ_NODE_MARK replaced by our
  * node id */
