@@ -91,6 +91,7 @@ struct pscom_precon {
     size_t pending_confirm_len;
     uint32_t flags;                       /* our HELLO flags (PSCOM_PRECON_FLAG_*) */
     pscom_con_t *od_owner;                /* back-connect request: the waiting connection */
+    pscom_list_t bc_next;                 /* ... and in backconnects meanwhile */
 
     /* connect side: target and attempts */
     uint32_t addr;
@@ -107,6 +108,9 @@ struct pscom_precon {
     unsigned stalled;                     /* ticks without a byte moved */
     int moved;                            /* a byte moved since the last tick */
 };
+
+/* back-connect requests in flight (od_owner set), of every socket */
+static pscom_list_t backconnects = PSCOM_LIST_INIT(backconnects);
 
 #define dprecon(pre, ...)                                                      \
     pscom_log_force(pscom_config.debug_precon, PSCOM_LOG_DEBUG, __VA_ARGS__)
@@ -200,6 +204,7 @@ static void backconnect_end(pscom_precon_t *pre, int failed, pscom_err_t err)
     pscom_con_t *owner = pre->od_owner;
     if (!owner) return;
     pre->od_owner = NULL;
+    pscom_list_del(&pre->bc_next);
     owner->refcnt--;
     pscom_ondemand_backconnect_done(owner, failed, err);
     pscom_con_release(owner);
@@ -1027,6 +1032,7 @@ void pscom_precon_backconnect_to(pscom_con_t *owner, uint32_t addr, int port)
         return;
     }
     owner->refcnt++;
+    pscom_list_add_tail(&pre->bc_next, &backconnects);
     pre->addr     = addr;
     pre->port     = port;
     pre->flags    = PSCOM_PRECON_FLAG_BACKCONNECT;
@@ -1038,11 +1044,11 @@ void pscom_precon_backconnect_sweep(pscom_sock_t *sock)
 {
     pscom_list_t *pos;
 again:
-    pscom_list_for_each(pos, &sock->connections) {
-        pscom_con_t *con   = pscom_list_entry(pos, pscom_con_t, sock_next);
-        pscom_con_t *owner = con->precon ? con->precon->od_owner : NULL;
-        if (owner && (!owner->ondemand || owner->user_closed)) {
-            pscom_precon_abort(con->precon); /* may release con and owner: start over */
+    pscom_list_for_each(pos, &backconnects) {
+        pscom_precon_t *pre = pscom_list_entry(pos, pscom_precon_t, bc_next);
+        pscom_con_t *owner  = pre->od_owner;
+        if (owner->sock == sock && (!owner->ondemand || owner->user_closed)) {
+            pscom_precon_abort(pre); /* leaves the list, may release owner: start over */
             goto again;
         }
     }
