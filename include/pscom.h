@@ -510,7 +510,10 @@ pscom_req_prepare(pscom_request_t *req, pscom_connection_t *connection,
     req->xheader_len = xheader_len;
     if (xheader) {
         assert(xheader_len <= req->max_xheader_len);
-        memcpy(&req->xheader.user, xheader, xheader_len);
+        /* without assert() (NDEBUG) never past the xheader area either: the
+         * send of the too long xheader_len then ends with ERROR */
+        memcpy(&req->xheader.user, xheader,
+               xheader_len <= req->max_xheader_len ? xheader_len : req->max_xheader_len);
     }
     return req;
 }

@@ -5,7 +5,13 @@
  * Each case runs in a child process; the parent checks that it died of
  * SIGABRT and what it printed. The first case does everything right and
  * must exit normally.
+ *
+ * pscom_req_prepare() is inline in pscom.h and asserts the xheader length
+ * in the caller's build; compiled here as a release build would (NDEBUG),
+ * a too long xheader must not be copied past the request's xheader area,
+ * and the send ends with ERROR.
  */
+#define NDEBUG 1 /* the header's inline helpers as in a release build */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -127,6 +133,24 @@ static void test_misuse_aborts(void **state)
     expect_abort(resume_without_listen, "pscom_resume_listen", "pscom_listen() before");
 }
 
+static void test_prepare_never_overflows(void **state)
+{
+    pscom_connection_t *loop = pscom_open_connection(sock);
+    assert_int_equal(pscom_connect(loop, NULL, 0, PSCOM_CON_FLAG_DIRECT), PSCOM_SUCCESS);
+    pscom_request_t *r = pscom_request_create(8, 64);
+    unsigned char *user = (unsigned char *)r->user;
+    memset(user, 0xa5, 64);
+    char xh[512], data[4] = "data";
+    memset(xh, 0x11, sizeof(xh));
+    pscom_req_prepare(r, loop, data, sizeof(data), xh, sizeof(xh));
+    for (int i = 0; i < 64; i++) assert_int_equal(user[i], 0xa5); /* nothing past the area */
+    pscom_post_send(r);
+    pscom_wait(r);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+    pscom_close_connection(loop);
+}
+
 static int setup(void **state)
 {
     assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
@@ -146,6 +170,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_right_use_runs),
         cmocka_unit_test(test_misuse_aborts),
+        cmocka_unit_test(test_prepare_never_overflows),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
