@@ -268,8 +268,8 @@ static int env_entry_parse(const pscom_env_table_t *table, const pscom_env_entry
                         "set %s = %s (default: %s)", name, val, dflt);
     } else {
         if (val) {
-            plog_warn("%s: invalid value '%s', using the default '%s'", name, val,
-                      dflt);
+            /* at the default level: a setting that is not taken must be seen */
+            plog_err("%s: invalid value '%s', using the default '%s'", name, val, dflt);
             invalid = 1;
         }
         env_entry_parse_default(entry, name);

@@ -196,8 +196,8 @@ int pscom_nodeid_lookup(const char *network)
 
     if (network && *network) {
         id = nodeid_from_network(network);
-        if (!id) plog_warn("PSP_NETWORK='%s' matches no local interface; using "
-                           "the address of the host name", network);
+        if (!id) plog_err("PSP_NETWORK='%s' matches no local interface; using "
+                          "the address of the host name", network);
     }
     if (!id) id = nodeid_from_hostname();
     if (!id) {

@@ -278,8 +278,9 @@ static void test_table_parent(void **state)
     assert_int_equal(cfg.threshold, 100);
 }
 
-/* Given an invalid value, when the table is parsed, then one warning names
- * the variable, the value and the default, and the default is used. */
+/* Given an invalid value, when the table is parsed at the default log level
+ * (PSP_DEBUG=1: errors), then one message names the variable, the value and
+ * the default, and the default is used: a typo in a job script is seen. */
 static void test_table_invalid_falls_back(void **state)
 {
     capture_t cap;
@@ -288,7 +289,7 @@ static void test_table_invalid_falls_back(void **state)
 
     setenv("PSP_UTA_LIMIT", "-1", 1);
     setenv("PSP_UTA_COUNT", "lots", 1);
-    pscom_log_level = PSCOM_LOG_WARN;
+    pscom_log_level = PSCOM_LOG_ERROR;
     capture_stderr_begin(&cap);
     invalid = pscom_env_table_register_and_parse(&test_table);
     out = capture_stderr_end(&cap);

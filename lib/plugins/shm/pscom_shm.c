@@ -161,13 +161,20 @@ static int shm_init(void)
 {
     pscom_env_table_register_and_parse(&shm_env_table);
     uint64_t r = ring_size_round(shm_config.ring_size);
+    /* settings not taken as given are said at the default log level */
     if (r != shm_config.ring_size) {
-        plog_warn("PSP_SHM_RING_SIZE=%u: using %llu (a power of two in 16 KiB .. 1 GiB)",
-                  shm_config.ring_size, (unsigned long long)r);
+        plog_err("PSP_SHM_RING_SIZE=%u: using %llu (a power of two in 16 KiB .. 1 GiB)",
+                 shm_config.ring_size, (unsigned long long)r);
         shm_config.ring_size = (unsigned)r;
     }
-    if (shm_config.chunk < SHM_CHUNK_MIN) shm_config.chunk = SHM_CHUNK_MIN;
-    if (shm_config.copy_budget < 4096) shm_config.copy_budget = 4096;
+    if (shm_config.chunk < SHM_CHUNK_MIN) {
+        plog_err("PSP_SHM_CHUNK=%u: using %u (the least)", shm_config.chunk, SHM_CHUNK_MIN);
+        shm_config.chunk = SHM_CHUNK_MIN;
+    }
+    if (shm_config.copy_budget < 4096) {
+        plog_err("PSP_SHM_COPY_BUDGET=%u: using 4096 (the least)", shm_config.copy_budget);
+        shm_config.copy_budget = 4096;
+    }
     return 0;
 }
 
