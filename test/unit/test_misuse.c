@@ -83,6 +83,45 @@ static void resume_without_listen(void)
     pscom_resume_listen(sock);
 }
 
+/* memory that is no object of pscom's: its magics do not match */
+static uint64_t not_ours[64];
+
+static void deregister_bogus(void)
+{
+    pscom_mem_deregister((pscom_memh_t)not_ours);
+}
+
+static void release_bogus_rkey_buffer(void)
+{
+    pscom_rkey_buffer_release(not_ours);
+}
+
+static void restore_bogus_mask(void)
+{
+    pscom_con_type_mask_restore(sock, not_ours);
+}
+
+static pscom_group_t *group_of_self(uint32_t id)
+{
+    pscom_connection_t *self = pscom_open_connection(sock);
+    assert_int_equal(pscom_connect(self, NULL, 0, PSCOM_CON_FLAG_DIRECT), PSCOM_SUCCESS);
+    pscom_group_t *g = pscom_group_open(sock, id, 0, 1, &self);
+    assert_non_null(g);
+    return g;
+}
+
+static void group_id_twice(void)
+{
+    group_of_self(7);
+    group_of_self(7);
+}
+
+static void bcast_root_outside(void)
+{
+    char buf[8];
+    pscom_bcast(group_of_self(8), 1, NULL, 0, buf, sizeof(buf));
+}
+
 /* Run fn in a child; returns its stderr (malloc'ed), *status its wait status. */
 static char *in_child(void (*fn)(void), int *status)
 {
@@ -131,6 +170,13 @@ static void test_misuse_aborts(void **state)
     expect_abort(cancel_recv_as_send, "pscom_cancel_send", "a send request");
     expect_abort(con_type_out_of_range, "pscom_con_type_mask_only", "con_type < 64");
     expect_abort(resume_without_listen, "pscom_resume_listen", "pscom_listen() before");
+    expect_abort(deregister_bogus, "pscom_mem_deregister", "a registered memory handle");
+    expect_abort(release_bogus_rkey_buffer, "pscom_rkey_buffer_release",
+                 "a buffer of pscom_rkey_buffer_pack()");
+    expect_abort(restore_bogus_mask, "pscom_con_type_mask_restore",
+                 "a backup of pscom_con_type_mask_backup()");
+    expect_abort(group_id_twice, "pscom_group_open", "a group id unique on the socket");
+    expect_abort(bcast_root_outside, "pscom_bcast", "a root within the group");
 }
 
 static void test_prepare_never_overflows(void **state)
