@@ -286,6 +286,7 @@ PSCOM_API void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xhea
 PSCOM_API void pscom_post_bcast(pscom_request_t *request)
 {
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
+    pscom_api_check(request->socket, "a broadcast names its socket");
     pscom_group_t *g = pscom_group_find(request->socket, request->xheader.bcast.group_id);
     pscom_api_check(g, "the group of xheader.bcast exists");
     size_t hdr       = sizeof(pscom_xheader_bcast_t);

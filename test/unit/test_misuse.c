@@ -122,6 +122,12 @@ static void bcast_root_outside(void)
     pscom_bcast(group_of_self(8), 1, NULL, 0, buf, sizeof(buf));
 }
 
+static void post_bcast_without_socket(void)
+{
+    pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_bcast_t), 0);
+    pscom_post_bcast(r);
+}
+
 /* Run fn in a child; returns its stderr (malloc'ed), *status its wait status. */
 static char *in_child(void (*fn)(void), int *status)
 {
@@ -177,6 +183,7 @@ static void test_misuse_aborts(void **state)
                  "a backup of pscom_con_type_mask_backup()");
     expect_abort(group_id_twice, "pscom_group_open", "a group id unique on the socket");
     expect_abort(bcast_root_outside, "pscom_bcast", "a root within the group");
+    expect_abort(post_bcast_without_socket, "pscom_post_bcast", "a broadcast names its socket");
 }
 
 static void test_prepare_never_overflows(void **state)
