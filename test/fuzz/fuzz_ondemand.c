@@ -196,8 +196,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pscom_test_any();
     }
     if (zzz->state == PSCOM_CON_STATE_CONNECTING_ONDEMAND) counts.zzz_connecting++;
-    if ((setup & FUZZ_OD_PROBE) && cli->type == PSCOM_CON_TYPE_ONDEMAND)
-        valid_ondemand_connect(cli);
+    int waits = cli->type == PSCOM_CON_TYPE_ONDEMAND && cli->state == PSCOM_CON_STATE_RW;
+    if ((setup & FUZZ_OD_PROBE) && waits) valid_ondemand_connect(cli);
     if (cli->type == PSCOM_CON_TYPE_TCP) counts.cli_connected++;
 
     close_all(cli, zzz);
