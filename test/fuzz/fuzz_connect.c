@@ -36,7 +36,6 @@
 
 #include <errno.h>
 #include <netinet/in.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -81,29 +80,20 @@ static int peer_accept(void)
 /* the client's connection in mode; *send: its waiting send, if any */
 static pscom_connection_t *client_connect(unsigned mode, pscom_request_t **send)
 {
-    static char msg[8] = "ondemand";
-    pscom_connection_t *c = pscom_open_connection(client);
-    if (!c) abort();
     *send = NULL;
-    if (mode == FUZZ_CONNECT_PLAIN) {
-        pscom_con_t *con = pscom_con_from_pub(c);
-        pscom_lock();
-        con->pub.state = PSCOM_CON_STATE_CONNECTING;
-        pscom_precon_connect_to(con, INADDR_LOOPBACK, peer_port, 0, NULL);
-        pscom_unlock();
+    if (mode != FUZZ_CONNECT_PLAIN) {
+        pscom_connection_t *c = fuzz_tcp_ondemand(
+            client, peer_port, mode == FUZZ_CONNECT_ONDEMAND ? "zzzzzzz" : "aaaaaaa");
+        *send = fuzz_tcp_send_waiting(c); /* starts the connect or the request */
         return c;
     }
-    char ep[64];
-    snprintf(ep, sizeof(ep), "127.0.0.1:%d@%s", peer_port,
-             mode == FUZZ_CONNECT_ONDEMAND ? "zzzzzzz" : "aaaaaaa");
-    if (pscom_connect(c, ep, 1, PSCOM_CON_FLAG_ONDEMAND) != PSCOM_SUCCESS) abort();
-    pscom_request_t *r = pscom_request_create(0, 0);
-    if (!r) abort();
-    r->connection = c;
-    r->data       = msg;
-    r->data_len   = sizeof(msg);
-    pscom_post_send(r); /* starts the connect or the request */
-    *send = r;
+    pscom_connection_t *c = pscom_open_connection(client);
+    if (!c) abort();
+    pscom_con_t *con = pscom_con_from_pub(c);
+    pscom_lock();
+    con->pub.state = PSCOM_CON_STATE_CONNECTING;
+    pscom_precon_connect_to(con, INADDR_LOOPBACK, peer_port, 0, NULL);
+    pscom_unlock();
     return c;
 }
 
@@ -140,17 +130,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (c->type == PSCOM_CON_TYPE_ONDEMAND && c->state == PSCOM_CON_STATE_RW) counts.waiting++;
 
     pscom_close_connection(c);
-    for (unsigned passes = 0; !pscom_list_empty(&sock->connections); passes++) {
-        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "closing it leaves no connection");
-        pscom_test_any();
-    }
-    if (send) {
-        for (unsigned passes = 0; !pscom_req_is_done(send); passes++) {
-            FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "the waiting send ends");
-            pscom_test_any();
-        }
-        pscom_request_free(send);
-    }
+    fuzz_tcp_await_no_connection(client);
+    fuzz_tcp_await_done(send);
     free(bytes);
     return 0;
 }

@@ -44,7 +44,6 @@
 #define _GNU_SOURCE /* accept4 */
 #include "fuzz_ondemand.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -55,7 +54,6 @@
 #include "pscom.h"
 #include "pscom_con.h"
 #include "pscom_core.h"
-#include "pscom_sock.h"
 
 static pscom_socket_t *server;
 static int server_port, sink_fd = -1, sink_port;
@@ -81,27 +79,6 @@ static void server_open(void)
 fuzz_od_counts_t fuzz_ondemand_counts(void)
 {
     return counts;
-}
-
-static pscom_connection_t *ondemand_to(const char *name)
-{
-    char ep[64];
-    snprintf(ep, sizeof(ep), "127.0.0.1:%d@%s", sink_port, name);
-    pscom_connection_t *c = pscom_open_connection(server);
-    if (!c || pscom_connect(c, ep, 1, PSCOM_CON_FLAG_ONDEMAND) != PSCOM_SUCCESS) abort();
-    return c;
-}
-
-static pscom_request_t *send_on(pscom_connection_t *c)
-{
-    static char msg[8] = "ondemand";
-    pscom_request_t *r = pscom_request_create(0, 0);
-    if (!r) abort();
-    r->connection = c;
-    r->data       = msg;
-    r->data_len   = sizeof(msg);
-    pscom_post_send(r);
-    return r;
 }
 
 /* the server must notice the end of each client and close its side */
@@ -151,23 +128,9 @@ static void close_all(pscom_connection_t *cli, pscom_connection_t *zzz)
     pscom_close_connection(zzz);
     for (unsigned i = 0; i < n_accepted; i++) pscom_close_connection(accepted[i]);
     n_accepted = 0;
-    pscom_sock_t *sock = pscom_sock_from_pub(server);
-    for (unsigned passes = 0; !pscom_list_empty(&sock->connections); passes++) {
-        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "closing them leaves no connection");
-        pscom_test_any();
-    }
+    fuzz_tcp_await_no_connection(server);
     int fd;
     while ((fd = accept4(sink_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) close(fd);
-}
-
-static void await_done(pscom_request_t *r)
-{
-    if (!r) return;
-    for (unsigned passes = 0; !pscom_req_is_done(r); passes++) {
-        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "a waiting send ends");
-        pscom_test_any();
-    }
-    pscom_request_free(r);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -179,9 +142,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t *bytes = fuzz_node_marks_replaced(data + 4, size - 4);
     if (first > size - 4) first = size - 4;
 
-    pscom_connection_t *cli = ondemand_to("fuzzcli"), *zzz = ondemand_to("fuzzzzz");
-    pscom_request_t *cli_send = (setup & FUZZ_OD_SEND_CLI) ? send_on(cli) : NULL;
-    pscom_request_t *zzz_send = (setup & FUZZ_OD_SEND_ZZZ) ? send_on(zzz) : NULL;
+    pscom_connection_t *cli = fuzz_tcp_ondemand(server, sink_port, "fuzzcli");
+    pscom_connection_t *zzz = fuzz_tcp_ondemand(server, sink_port, "fuzzzzz");
+    pscom_request_t *cli_send = (setup & FUZZ_OD_SEND_CLI) ? fuzz_tcp_send_waiting(cli) : NULL;
+    pscom_request_t *zzz_send = (setup & FUZZ_OD_SEND_ZZZ) ? fuzz_tcp_send_waiting(zzz) : NULL;
 
     unsigned n = first < size - 4 ? 2 : 1; /* clients */
     int fd[2]  = {fuzz_tcp_connect(server_port), n > 1 ? fuzz_tcp_connect(server_port) : -1};
@@ -201,8 +165,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (cli->type == PSCOM_CON_TYPE_TCP) counts.cli_connected++;
 
     close_all(cli, zzz);
-    await_done(cli_send);
-    await_done(zzz_send);
+    fuzz_tcp_await_done(cli_send);
+    fuzz_tcp_await_done(zzz_send);
     free(bytes);
     return 0;
 }

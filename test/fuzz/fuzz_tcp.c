@@ -7,12 +7,15 @@
 #include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz_driver.h" /* FUZZ_CHECK */
 #include "fuzz_handshake.h"
+#include "pscom_sock.h"
 
 pscom_socket_t *fuzz_tcp_pscom_socket(const char *name)
 {
@@ -51,6 +54,46 @@ int fuzz_tcp_connect(int port)
     sa.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) abort();
     return fd;
+}
+
+pscom_connection_t *fuzz_tcp_ondemand(pscom_socket_t *s, int port, const char *name)
+{
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d@%s", port, name);
+    pscom_connection_t *c = pscom_open_connection(s);
+    if (!c || pscom_connect(c, ep, 1, PSCOM_CON_FLAG_ONDEMAND) != PSCOM_SUCCESS) abort();
+    return c;
+}
+
+pscom_request_t *fuzz_tcp_send_waiting(pscom_connection_t *c)
+{
+    static char msg[8] = "ondemand";
+    pscom_request_t *r = pscom_request_create(0, 0);
+    if (!r) abort();
+    r->connection = c;
+    r->data       = msg;
+    r->data_len   = sizeof(msg);
+    pscom_post_send(r);
+    return r;
+}
+
+void fuzz_tcp_await_no_connection(pscom_socket_t *s)
+{
+    pscom_sock_t *sock = pscom_sock_from_pub(s);
+    for (unsigned passes = 0; !pscom_list_empty(&sock->connections); passes++) {
+        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "closing leaves no connection");
+        pscom_test_any();
+    }
+}
+
+void fuzz_tcp_await_done(pscom_request_t *r)
+{
+    if (!r) return;
+    for (unsigned passes = 0; !pscom_req_is_done(r); passes++) {
+        FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "a waiting send ends");
+        pscom_test_any();
+    }
+    pscom_request_free(r);
 }
 
 uint8_t *fuzz_node_marks_replaced(const uint8_t *data, size_t size)

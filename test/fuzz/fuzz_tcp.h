@@ -1,6 +1,8 @@
 /*
- * fuzz_tcp.h - the plain TCP side of the handshake fuzz targets
- * (fuzz_precon.c: the client, fuzz_connect.c: the peer), fuzz_tcp.c.
+ * fuzz_tcp.h - what the handshake fuzz targets (fuzz_precon.c,
+ * fuzz_connect.c, fuzz_ondemand.c) share, fuzz_tcp.c: the plain TCP side
+ * (clients, peers, listeners), the pscom side's set-up, and the waits
+ * their checks end with.
  */
 #ifndef PSCOM_FUZZ_TCP_H
 #define PSCOM_FUZZ_TCP_H
@@ -25,6 +27,21 @@ int fuzz_tcp_listen(int *port);
 /* a plain TCP socket connected to port of 127.0.0.1 (the listen queue
  * takes it; a pscom side accepts during progress) */
 int fuzz_tcp_connect(int port);
+
+/* an on-demand connection of s to the peer name listening on port of
+ * 127.0.0.1 */
+pscom_connection_t *fuzz_tcp_ondemand(pscom_socket_t *s, int port, const char *name);
+
+/* an 8-byte send posted on c (on demand: it starts the connect) */
+pscom_request_t *fuzz_tcp_send_waiting(pscom_connection_t *c);
+
+/* Progress until s holds no connection at all, within FUZZ_TCP_PASSES
+ * passes (else FUZZ_CHECK aborts). */
+void fuzz_tcp_await_no_connection(pscom_socket_t *s);
+
+/* Progress until r is done, within FUZZ_TCP_PASSES passes (else FUZZ_CHECK
+ * aborts), then free it; r may be NULL. */
+void fuzz_tcp_await_done(pscom_request_t *r);
 
 /* a copy of the bytes (free it) with each FUZZ_NODE_MARK replaced by our
  * node id */
