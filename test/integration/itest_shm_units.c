@@ -86,19 +86,21 @@ static void ring_test(void)
     uint32_t s       = 1;
     for (uint32_t i = 0; i < PACKETS; i++) {
         uint32_t len = next_len(&s, maxp);
-        shm_pkt_t *p;
+        shm_pkt_in_t p;
         unsigned spins = 0;
-        while (!(p = shm_ring_peek(&rx))) spin(&spins);
-        TU_ASSERT_EQ(p->len, len);
-        TU_ASSERT_EQ(shm_pkt_head_len(p), i & 0xffff);
-        TU_ASSERT_EQ(shm_pkt_gap(p), i % SHM_CL);
-        TU_ASSERT_EQ(shm_pkt_type(p), i % 3 ? SHM_PKT_DATA : SHM_PKT_ACK);
-        const unsigned char *d = shm_pkt_payload(p);
+        int there;
+        while (!(there = shm_ring_peek(&rx, &p))) spin(&spins);
+        TU_ASSERT_EQ(there, 1);
+        TU_ASSERT_EQ(p.len, len);
+        TU_ASSERT_EQ(shm_pkt_head_len(p.info), i & 0xffff);
+        TU_ASSERT_EQ(shm_pkt_gap(p.info), i % SHM_CL);
+        TU_ASSERT_EQ(shm_pkt_type(p.info), i % 3 ? SHM_PKT_DATA : SHM_PKT_ACK);
+        const unsigned char *d = (const unsigned char *)p.payload;
         for (uint32_t k = 0; k < len; k++) {
             if (d[k] != (unsigned char)(i + k * 13))
                 TU_FAIL("packet %u: byte %u is 0x%02x", i, k, d[k]);
         }
-        shm_ring_consume(&rx, p);
+        shm_ring_consume(&rx, &p);
     }
     TU_ASSERT(!shm_ring_ready(&rx));
     int st;

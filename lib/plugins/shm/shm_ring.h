@@ -63,19 +63,20 @@ typedef struct shm_pkt {
 } shm_pkt_t;
 _Static_assert(sizeof(shm_pkt_t) == SHM_PKT_HDR, "shm packet header");
 
-static inline unsigned shm_pkt_type(const shm_pkt_t *pkt)
+/* fields of shm_pkt_t.info */
+static inline unsigned shm_pkt_type(uint32_t info)
 {
-    return pkt->info >> 24;
+    return info >> 24;
 }
 
-static inline uint32_t shm_pkt_head_len(const shm_pkt_t *pkt)
+static inline uint32_t shm_pkt_head_len(uint32_t info)
 {
-    return pkt->info & SHM_PKT_HEAD_MAX;
+    return info & SHM_PKT_HEAD_MAX;
 }
 
-static inline uint32_t shm_pkt_gap(const shm_pkt_t *pkt)
+static inline uint32_t shm_pkt_gap(uint32_t info)
 {
-    return (pkt->info >> SHM_PKT_GAP_SHIFT) & SHM_PKT_GAP_MAX;
+    return (info >> SHM_PKT_GAP_SHIFT) & SHM_PKT_GAP_MAX;
 }
 
 static inline void *shm_pkt_payload(shm_pkt_t *pkt)
@@ -157,22 +158,39 @@ typedef struct shm_ring_rx {
     uint64_t pos;               /* next packet position */
 } shm_ring_rx_t;
 
-/* The next published packet, or NULL. Follows WRAP packets. The packet
- * stays valid until shm_ring_consume(). */
-static inline shm_pkt_t *shm_ring_peek(shm_ring_rx_t *rx)
+/* A packet as the consumer takes it: its header read once. The peer may
+ * write the ring at any time, and a broken one may write anything. */
+typedef struct shm_pkt_in {
+    char *payload;
+    uint32_t len;  /* payload bytes */
+    uint32_t info; /* type | gap | head_len, as shm_pkt_t.info */
+} shm_pkt_in_t;
+
+/* The next published packet into *in: 1, or 0 if there is none. Follows
+ * WRAP packets. Returns -1 (in->len set) for a packet that would not end
+ * inside the ring, which only a broken producer writes: the caller reads
+ * no further. The payload stays valid until shm_ring_consume(). */
+static inline int shm_ring_peek(shm_ring_rx_t *rx, shm_pkt_in_t *in)
 {
     for (;;) {
-        shm_pkt_t *pkt = (shm_pkt_t *)(rx->ring + (rx->pos & rx->mask));
-        if (atomic_load_explicit(&pkt->stamp, memory_order_acquire) != rx->pos + 1) return NULL;
-        if (__builtin_expect(shm_pkt_type(pkt) != SHM_PKT_WRAP, 1)) return pkt;
-        rx->pos += (rx->mask + 1) - (rx->pos & rx->mask);
+        uint64_t off    = rx->pos & rx->mask;
+        shm_pkt_t *pkt  = (shm_pkt_t *)(rx->ring + off);
+        if (atomic_load_explicit(&pkt->stamp, memory_order_acquire) != rx->pos + 1) return 0;
+        in->len  = *(volatile uint32_t *)&pkt->len;
+        in->info = *(volatile uint32_t *)&pkt->info;
+        if (__builtin_expect(shm_pkt_type(in->info) == SHM_PKT_WRAP, 0)) {
+            rx->pos += (rx->mask + 1) - off;
+            continue;
+        }
+        in->payload = shm_pkt_payload(pkt);
+        return off + shm_pkt_size(in->len) <= rx->mask + 1 ? 1 : -1;
     }
 }
 
 /* Done with the packet from shm_ring_peek(): its space may be reused. */
-static inline void shm_ring_consume(shm_ring_rx_t *rx, const shm_pkt_t *pkt)
+static inline void shm_ring_consume(shm_ring_rx_t *rx, const shm_pkt_in_t *in)
 {
-    rx->pos += shm_pkt_size(pkt->len);
+    rx->pos += shm_pkt_size(in->len);
     atomic_store_explicit(rx->consumed, rx->pos, memory_order_release);
 }
 
