@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Fuzz what a peer can send (test/fuzz) with libFuzzer, under
 # AddressSanitizer and UndefinedBehaviorSanitizer, for FUZZ_TIME seconds
-# (default 300). The ctest tests fuzz_stream, fuzz_precon, fuzz_connect and
-# fuzz_ondemand run the same targets on a fixed set of generated inputs;
-# this explores further.
+# (default 300). The ctest tests fuzz_stream, fuzz_precon, fuzz_connect,
+# fuzz_ondemand and fuzz_shm run the same targets on a fixed set of
+# generated inputs; this explores further.
 #
 #   scripts/fuzz.sh [TARGET]            build (clang) into build/fuzz and fuzz
 #   scripts/fuzz.sh TARGET FILE...      replay inputs (e.g. a saved crash)
 #
 # TARGET: stream (default; the receive side of a connection), precon (the
-# accept side of the handshake), connect (its connect side) or ondemand (the
-# on-demand part of the accept side). The corpus
-# grows in build/fuzz/corpus-TARGET (seeded with 500 generated inputs),
+# accept side of the handshake), connect (its connect side), ondemand (the
+# on-demand part of the accept side) or shm (any packets in an shm ring).
+# The corpus grows in build/fuzz/corpus-TARGET (seeded with 500 generated inputs),
 # crashes are saved as build/fuzz/crash-*. Extra libFuzzer options:
 # FUZZ_ARGS (e.g. "-jobs=2 -workers=2").
 set -euo pipefail
@@ -20,9 +20,9 @@ cd "$(dirname "$0")/.."
 target=${1:-stream}
 [ $# -gt 0 ] && shift
 case $target in
-stream | precon | connect | ondemand) ;;
+stream | precon | connect | ondemand | shm) ;;
 *)
-  echo "fuzz.sh: unknown target '$target' (stream, precon, connect, ondemand)" >&2
+  echo "fuzz.sh: unknown target '$target' (stream, precon, connect, ondemand, shm)" >&2
   exit 2
   ;;
 esac
