@@ -32,7 +32,7 @@
  * progress; if an adopted handshake fails, the object goes back to waiting
  * instead of failing (the peer retries or tells us it gave up).
  */
-#include "pscom_precon.h"
+#include "pscom_precon_priv.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -54,72 +54,10 @@
 #include "pscom_sock.h"
 #include "pscom_wire.h"
 
-enum precon_phase {
-    PHASE_CONNECTING, /* connect side: TCP connect in progress */
-    PHASE_HANDSHAKE,  /* exchanging messages */
-    PHASE_RETRY_WAIT, /* connect side: back-off before the next attempt */
-};
-
-struct pscom_precon {
-    pscom_con_t *con;
-    pscom_ufd_t ufd;
-    int is_connect;
-    int phase;
-    int hello_received;
-    pscom_precon_peer_t peer;
-    uint32_t peer_attempt;                /* accept side: attempt number in the peer's HELLO */
-
-    /* input: header, then exactly hdr.len payload bytes */
-    pscom_precon_header_t hdr;
-    size_t in_have;
-    unsigned char in[PSCOM_PRECON_HEADER_SIZE + PSCOM_PRECON_PAYLOAD_MAX];
-
-    /* output */
-    unsigned char *out;
-    size_t out_len, out_off, out_cap;
-
-    /* negotiation */
-    int next_idx;                         /* connect side: next plugin to offer */
-    int cand_idx;                         /* plugin being negotiated, -1 none */
-    const pscom_plugin_desc_t *cand;
-    int confirm_sent;                     /* connect side: CONFIRM for cand went: CONFIRM_OK
-                                             or CONFIRM_FAIL is due, not ACCEPT or DECLINE */
-    int start_when_flushed;               /* accept side: CONFIRM_OK queued */
-    int pending;                          /* cand's con_connect/con_confirm goes on */
-    int pending_done, pending_rc;         /* ... and is over (pscom_con_handshake_done) */
-    unsigned char *pending_confirm;       /* connect side: the CONFIRM to send then */
-    size_t pending_confirm_len;
-    uint32_t flags;                       /* our HELLO flags (PSCOM_PRECON_FLAG_*) */
-    pscom_con_t *od_owner;                /* back-connect request: the waiting connection */
-    pscom_list_t bc_next;                 /* ... and in backconnects meanwhile */
-
-    /* connect side: target and attempts */
-    uint32_t addr;
-    int port;
-    unsigned attempt;                     /* attempts started (1 = the first) */
-    int ever_answered;                    /* some attempt got the peer's HELLO */
-    int *direct_err;                      /* see pscom_precon_connect_to() */
-    int last_err;                         /* errno of the last failed attempt */
-    const char *last_what;                /* what failed last (for the final message) */
-
-    /* watchdog: ticks every RECONNECT_TIMEOUT ms while connecting or
-     * handshaking; the retry delay while waiting */
-    pscom_timer_t timer;
-    unsigned stalled;                     /* ticks without a byte moved */
-    int moved;                            /* a byte moved since the last tick */
-};
-
-/* back-connect requests in flight (od_owner set), of every socket */
-static pscom_list_t backconnects = PSCOM_LIST_INIT(backconnects);
-
-#define dprecon(pre, ...)                                                      \
-    pscom_log_force(pscom_config.debug_precon, PSCOM_LOG_DEBUG, __VA_ARGS__)
-
 static void precon_handler(pscom_ufd_t *ufd, uint32_t revents);
 static void precon_timer(pscom_timer_t *timer);
-static void attempt_start(pscom_precon_t *pre);
 
-static const char *side(const pscom_precon_t *pre)
+const char *precon_side(const pscom_precon_t *pre)
 {
     return pre->is_connect ? "connect" : "accept";
 }
@@ -136,7 +74,7 @@ static unsigned stalled_max(void)
                                                        : 1;
 }
 
-static void watchdog_arm(pscom_precon_t *pre)
+void precon_watchdog_arm(pscom_precon_t *pre)
 {
     pre->stalled = 0;
     pre->moved   = 0;
@@ -153,7 +91,7 @@ static const char *target_str(const pscom_precon_t *pre, char *buf, size_t len)
 
 /* ---- teardown ------------------------------------------------------------ */
 
-static void pending_end(pscom_precon_t *pre)
+void precon_pending_end(pscom_precon_t *pre)
 {
     pre->pending      = 0;
     pre->pending_done = 0;
@@ -161,10 +99,10 @@ static void pending_end(pscom_precon_t *pre)
     pre->pending_confirm = NULL;
 }
 
-static void cand_abort(pscom_precon_t *pre)
+void precon_cand_abort(pscom_precon_t *pre)
 {
     pscom_con_t *con = pre->con;
-    pending_end(pre);
+    precon_pending_end(pre);
     pre->confirm_sent = 0;
     if (!pre->cand) return;
     if (pre->cand->ops->con_abort) pre->cand->ops->con_abort(con);
@@ -182,14 +120,17 @@ static void close_fd(pscom_precon_t *pre)
     pre->ufd.fd = -1;
 }
 
-static void precon_destroy(pscom_precon_t *pre)
+static int flush_out(pscom_precon_t *pre);
+
+void precon_destroy(pscom_precon_t *pre)
 {
-    if (pre->ufd.fd >= 0 && pre->phase == PHASE_HANDSHAKE && pre->out_off < pre->out_len) {
-        /* a last small message (REJECT, BACKCONNECT_OK) must not be lost */
-        pscom_writeall(pre->ufd.fd, pre->out + pre->out_off, pre->out_len - pre->out_off);
-    }
+    /* A last small message (REJECT, BACKCONNECT_OK) goes if the socket
+     * takes it now: never blocking (a peer that reads nothing), never
+     * SIGPIPE (a peer that closed; pscom_writeall's write() raised it
+     * and killed the process) */
+    if (pre->ufd.fd >= 0) flush_out(pre);
     pscom_timer_stop(&pre->timer);
-    pending_end(pre);
+    precon_pending_end(pre);
     close_fd(pre);
     free(pre->out);
     pre->out = NULL;
@@ -197,34 +138,14 @@ static void precon_destroy(pscom_precon_t *pre)
     pscom_defer_free(pre);
 }
 
-/* A back-connect request ended: the waiting on-demand connection is told
- * and released from it. */
-static void backconnect_end(pscom_precon_t *pre, int failed, pscom_err_t err)
-{
-    pscom_con_t *owner = pre->od_owner;
-    if (!owner) return;
-    pre->od_owner = NULL;
-    pscom_list_del(&pre->bc_next);
-    owner->refcnt--;
-    pscom_ondemand_backconnect_done(owner, failed, err);
-    pscom_con_release(owner);
-}
-
-/* Accept side: our adopted on-demand object survives a failed handshake
- * (the peer retries, or tells us it gave up when we ask). */
-static int adopted_ondemand(const pscom_precon_t *pre)
-{
-    return !pre->is_connect && pre->con->ondemand && !pre->con->user_closed;
-}
-
-static void precon_fail(pscom_precon_t *pre, pscom_err_t err, int errnum)
+void precon_fail(pscom_precon_t *pre, pscom_err_t err, int errnum)
 {
     pscom_con_t *con = pre->con;
-    cand_abort(pre);
+    precon_cand_abort(pre);
     errno = errnum;
-    backconnect_end(pre, 1, err);
+    precon_backconnect_end(pre, 1, err);
     if (pre->direct_err && !pre->ever_answered) *pre->direct_err = errnum ? errnum : EIO;
-    int revert = adopted_ondemand(pre);
+    int revert = precon_adopted_ondemand(pre);
     precon_destroy(pre);
     if (revert) {
         pscom_ondemand_revert(con);
@@ -235,10 +156,10 @@ static void precon_fail(pscom_precon_t *pre, pscom_err_t err, int errnum)
 }
 
 /* The handshake did its job without a transport (back-connect). */
-static void precon_finish_quietly(pscom_precon_t *pre)
+void precon_finish_quietly(pscom_precon_t *pre)
 {
     pscom_con_t *con = pre->con;
-    backconnect_end(pre, 0, PSCOM_SUCCESS);
+    precon_backconnect_end(pre, 0, PSCOM_SUCCESS);
     precon_destroy(pre);
     con->connect_failed = 1;
     con->pub.state      = PSCOM_CON_STATE_CLOSED;
@@ -253,13 +174,13 @@ void pscom_precon_abort(pscom_precon_t *pre)
 /* Connect side: the current attempt failed. Retry after a back-off if the
  * failure is transient and retries are left, else fail for good with a
  * message naming the limit. */
-static void attempt_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, int errnum,
+void precon_attempt_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, int errnum,
                            const char *what)
 {
     char tgt[96];
     pre->last_err  = errnum;
     pre->last_what = what;
-    cand_abort(pre);
+    precon_cand_abort(pre);
     close_fd(pre);
     pscom_timer_stop(&pre->timer);
 
@@ -295,11 +216,11 @@ static void attempt_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, 
 
 /* A failure of the running handshake: the connect side retries what is
  * transient, the accept side gives up (the peer retries). */
-static void handshake_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, int errnum,
+void precon_handshake_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, int errnum,
                              const char *what)
 {
     if (pre->is_connect) {
-        attempt_failed(pre, retryable, err, errnum, what);
+        precon_attempt_failed(pre, retryable, err, errnum, what);
         return;
     }
     plog_dbg("%s: incoming handshake failed: %s: %s", pscom_con_name(pre->con), what,
@@ -309,9 +230,7 @@ static void handshake_failed(pscom_precon_t *pre, int retryable, pscom_err_t err
 
 /* ---- output ----------------------------------------------------------------- */
 
-static int flush_out(pscom_precon_t *pre);
-
-static int send_msg(pscom_precon_t *pre, uint16_t type, const void *p1, size_t l1,
+int precon_send_msg(pscom_precon_t *pre, uint16_t type, const void *p1, size_t l1,
                     const void *p2, size_t l2)
 {
     size_t len  = l1 + l2;
@@ -333,14 +252,14 @@ static int send_msg(pscom_precon_t *pre, uint16_t type, const void *p1, size_t l
     if (l1) memcpy(dst + sizeof(h), p1, l1);
     if (l2) memcpy(dst + sizeof(h) + l1, p2, l2);
     pre->out_len = need;
-    dprecon(pre, "precon %s %p: send type %u len %zu", side(pre), (void *)pre, type, len);
+    dprecon(pre, "precon %s %p: send type %u len %zu", precon_side(pre), (void *)pre, type, len);
     return flush_out(pre);
 }
 
-static void send_reject(pscom_precon_t *pre, uint32_t reason)
+void precon_send_reject(pscom_precon_t *pre, uint32_t reason)
 {
     uint32_t r = htole32(reason);
-    send_msg(pre, PSCOM_PRECON_REJECT, &r, sizeof(r), NULL, 0);
+    precon_send_msg(pre, PSCOM_PRECON_REJECT, &r, sizeof(r), NULL, 0);
 }
 
 /* 0: all sent or waiting for EPOLLOUT (or for the connect), -1: error */
@@ -368,7 +287,7 @@ static int flush_out(pscom_precon_t *pre)
 
 /* ---- the transport takes over ------------------------------------------------ */
 
-static void start_transport(pscom_precon_t *pre)
+void precon_start_transport(pscom_precon_t *pre)
 {
     pscom_con_t *con = pre->con;
     const pscom_plugin_desc_t *d = pre->cand;
@@ -390,412 +309,21 @@ static void start_transport(pscom_precon_t *pre)
         return;
     }
     if (fd >= 0) close(fd);
-    dprecon(pre, "precon %s %p: transport %s started", side(pre), (void *)pre, d->name);
+    dprecon(pre, "precon %s %p: transport %s started", precon_side(pre), (void *)pre, d->name);
     precon_destroy(pre);
     pscom_con_setup_ok(con);
 }
 
-/* ---- accept side: HELLO ------------------------------------------------------ */
-
-static int send_hello(pscom_precon_t *pre);
+/* ---- refusing --------------------------------------------------------------- */
 
 /* Refuse the peer: REJECT(reason), then close. */
-static void refuse(pscom_precon_t *pre, uint32_t reason)
+void precon_refuse(pscom_precon_t *pre, uint32_t reason)
 {
-    send_reject(pre, reason);
+    precon_send_reject(pre, reason);
     precon_fail(pre, PSCOM_ERR_CONNECTION_REFUSED, ECONNREFUSED);
 }
 
-static int same_name(const pscom_precon_t *pre)
-{
-    if (memcmp(pre->peer.name, pre->con->sock->pub.local_con_info.name, 8)) return 0;
-    plog_err("%s: the peer socket has our name \"%.8s\": on-demand connections need unique "
-             "socket names (pscom_socket_set_name); refused",
-             pscom_con_name(pre->con), pre->peer.name);
-    return 1;
-}
-
-/* The peer connects for an on-demand connection; continue on our own
- * waiting on-demand object for it instead of the new one. Returns 0 when
- * adopted, -1 when refused or dropped (pre is gone). */
-static int adopt_ondemand(pscom_precon_t *pre)
-{
-    pscom_con_t *tmp = pre->con;
-    if (same_name(pre)) {
-        refuse(pre, PSCOM_PRECON_REJECT_FAILED);
-        return -1;
-    }
-    pscom_con_t *m = pscom_ondemand_find(tmp->sock, pre->peer.name);
-    if (!m) {
-        plog_warn("%s: on-demand connection from \"%.8s\" without a matching on-demand "
-                  "connection: refused", pscom_con_name(tmp), pre->peer.name);
-        refuse(pre, PSCOM_PRECON_REJECT_NOMATCH);
-        return -1;
-    }
-    pscom_precon_t *old = m->precon;
-    if (old) {
-        if (old->is_connect) {
-            /* only the lower name connects: this is not the peer we know */
-            plog_warn("%s: unexpected on-demand connection from \"%.8s\" while connecting "
-                      "to it: refused", pscom_con_name(tmp), pre->peer.name);
-            refuse(pre, PSCOM_PRECON_REJECT_NOMATCH);
-            return -1;
-        }
-        if (old->peer.con_id == pre->peer.con_id && old->peer_attempt > pre->peer_attempt) {
-            /* an attempt the peer already abandoned, overtaken by a newer one */
-            dprecon(pre, "precon accept %p: stale attempt %u (have %u)", (void *)pre,
-                    pre->peer_attempt, old->peer_attempt);
-            refuse(pre, PSCOM_PRECON_REJECT_NOMATCH);
-            return -1;
-        }
-        /* a newer attempt replaces the one in progress */
-        dprecon(pre, "precon accept %p: attempt %u replaces %p", (void *)pre, pre->peer_attempt,
-                (void *)old);
-        cand_abort(old);
-        precon_destroy(old);
-    }
-    tmp->precon    = NULL;
-    tmp->pub.state = PSCOM_CON_STATE_CLOSED;
-    pscom_con_release(tmp); /* library-owned, never seen by the user */
-    pre->con       = m;
-    m->precon      = pre;
-    m->transport   = NULL;
-    m->od_started  = 1;
-    m->pub.state   = PSCOM_CON_STATE_ACCEPTING_ONDEMAND;
-    pscom_ondemand_adopted(m);
-    return 0;
-}
-
-/* The peer asks us to connect to it. */
-static void handle_backconnect(pscom_precon_t *pre)
-{
-    if (same_name(pre)) {
-        refuse(pre, PSCOM_PRECON_REJECT_FAILED);
-        return;
-    }
-    pscom_con_t *m = pscom_ondemand_lookup(pre->con->sock, pre->peer.name);
-    if (!m) {
-        plog_warn("%s: back-connect request from \"%.8s\" without a matching on-demand "
-                  "connection: refused", pscom_con_name(pre->con), pre->peer.name);
-        refuse(pre, PSCOM_PRECON_REJECT_NOMATCH);
-        return;
-    }
-    if (m->connect_failed) {
-        refuse(pre, PSCOM_PRECON_REJECT_FAILED); /* we gave up on it: so should the peer */
-        return;
-    }
-    if (!m->ondemand) {
-        /* already connected: a request that crossed the connection */
-        refuse(pre, PSCOM_PRECON_REJECT_NOMATCH);
-        return;
-    }
-    if (send_hello(pre) < 0 || send_msg(pre, PSCOM_PRECON_BACKCONNECT_OK, NULL, 0, NULL, 0) < 0) {
-        precon_fail(pre, PSCOM_ERR_STDERROR, errno);
-        return;
-    }
-    precon_finish_quietly(pre);
-    pscom_ondemand_connect(m);
-}
-
-/* ---- negotiation ------------------------------------------------------------- */
-
-static int cand_begin(pscom_precon_t *pre, int idx)
-{
-    const pscom_plugin_desc_t *d = pscom_plugin_at(idx);
-    pscom_con_t *con             = pre->con;
-    con->plugin_priv = calloc(1, d->con_priv_size ? d->con_priv_size : 1);
-    if (!con->plugin_priv) return -1;
-    pre->cand     = d;
-    pre->cand_idx = idx;
-    return 0;
-}
-
-/* connect side: offer the next usable plugin */
-static void offer_next(pscom_precon_t *pre)
-{
-    pscom_con_t *con = pre->con;
-    unsigned char blob[PSCOM_PRECON_BLOB_MAX];
-
-    while (pre->next_idx < pscom_plugins_count()) {
-        int idx = pre->next_idx++;
-        if (!pscom_plugin_usable(con->sock, idx)) continue;
-        if (cand_begin(pre, idx) < 0) continue;
-        size_t len = 0;
-        if (pre->cand->ops->con_offer &&
-            pre->cand->ops->con_offer(con, &pre->peer, blob, &len) < 0) {
-            cand_abort(pre);
-            continue;
-        }
-        if (len > PSCOM_PRECON_BLOB_MAX) len = PSCOM_PRECON_BLOB_MAX;
-        char name[PSCOM_PRECON_PLUGIN_NAME] = {0};
-        strncpy(name, pre->cand->name, sizeof(name) - 1);
-        if (send_msg(pre, PSCOM_PRECON_OFFER, name, sizeof(name), blob, len) < 0)
-            handshake_failed(pre, 1, PSCOM_ERR_STDERROR, errno, "send");
-        return;
-    }
-    plog_err("%s: no common transport with the peer", pscom_con_name(con));
-    send_msg(pre, PSCOM_PRECON_NO_TRANSPORT, NULL, 0, NULL, 0);
-    precon_fail(pre, PSCOM_ERR_STDERROR, ENOPROTOOPT);
-}
-
-static void handle_hello(pscom_precon_t *pre, const unsigned char *p, size_t len)
-{
-    pscom_con_t *con = pre->con;
-    pscom_precon_hello_t h;
-    memcpy(&h, p, sizeof(h));
-    if (le32toh(h.wire_version) != PSCOM_WIRE_VERSION) {
-        plog_err("%s: peer speaks wire protocol %u, we speak %u", pscom_con_name(con),
-                 le32toh(h.wire_version), PSCOM_WIRE_VERSION);
-        send_reject(pre, PSCOM_PRECON_REJECT_VERSION);
-        precon_fail(pre, PSCOM_ERR_CONNECTION_REFUSED, EPROTO);
-        return;
-    }
-    pre->hello_received = 1;
-    pre->peer.node_id   = (int32_t)le32toh((uint32_t)h.node_id);
-    pre->peer.rank      = (int32_t)le32toh((uint32_t)h.rank);
-    pre->peer.portno    = (int32_t)le32toh((uint32_t)h.portno);
-    pre->peer.con_id    = le64toh(h.con_id);
-    pre->peer_attempt   = le32toh(h.attempt);
-    memcpy(pre->peer.name, h.name, sizeof(pre->peer.name));
-    uint32_t peer_flags = le32toh(h.flags);
-
-    if (pre->is_connect) {
-        pre->ever_answered = 1;
-        pre->direct_err    = NULL; /* from now on failures are asynchronous (spec 5.7) */
-    } else {
-        if (peer_flags & PSCOM_PRECON_FLAG_BACKCONNECT) {
-            handle_backconnect(pre);
-            return;
-        }
-        if ((peer_flags & PSCOM_PRECON_FLAG_ONDEMAND) && adopt_ondemand(pre) < 0) return;
-        con = pre->con;
-        if (send_hello(pre) < 0) {
-            precon_fail(pre, PSCOM_ERR_STDERROR, errno);
-            return;
-        }
-    }
-    /* the rank we were given in pscom_connect() stays; an accepted
-     * connection learns it from the peer */
-    int keep_rank        = pre->is_connect || (peer_flags & PSCOM_PRECON_FLAG_ONDEMAND);
-    pscom_con_info_t *ri = &con->pub.remote_con_info;
-    ri->node_id          = pre->peer.node_id;
-    ri->tcp.portno       = pre->peer.portno;
-    ri->id               = (void *)(uintptr_t)pre->peer.con_id;
-    memcpy(ri->name, pre->peer.name, sizeof(ri->name));
-    if (!keep_rank) ri->rank = pre->peer.rank;
-    if (pre->is_connect && !(pre->flags & PSCOM_PRECON_FLAG_BACKCONNECT)) offer_next(pre);
-}
-
-static void handle_offer(pscom_precon_t *pre, const unsigned char *p, size_t len)
-{
-    pscom_con_t *con = pre->con;
-    char name[PSCOM_PRECON_PLUGIN_NAME + 1];
-    unsigned char reply[PSCOM_PRECON_BLOB_MAX];
-    size_t reply_len = 0;
-    int idx;
-
-    cand_abort(pre); /* a new offer replaces an unanswered one */
-    memcpy(name, p, PSCOM_PRECON_PLUGIN_NAME);
-    name[PSCOM_PRECON_PLUGIN_NAME] = 0;
-    const pscom_plugin_desc_t *d   = pscom_plugin_find(name, &idx);
-    if (!d || !pscom_plugin_usable(con->sock, idx) || cand_begin(pre, idx) < 0) goto decline;
-    if (d->ops->con_accept &&
-        d->ops->con_accept(con, &pre->peer, p + PSCOM_PRECON_PLUGIN_NAME,
-                           len - PSCOM_PRECON_PLUGIN_NAME, reply, &reply_len) < 0) {
-        cand_abort(pre);
-        goto decline;
-    }
-    if (reply_len > PSCOM_PRECON_BLOB_MAX) reply_len = PSCOM_PRECON_BLOB_MAX;
-    if (send_msg(pre, PSCOM_PRECON_ACCEPT, reply, reply_len, NULL, 0) < 0)
-        precon_fail(pre, PSCOM_ERR_STDERROR, errno);
-    return;
-decline:
-    dprecon(pre, "precon accept %p: decline %s", (void *)pre, name);
-    if (send_msg(pre, PSCOM_PRECON_DECLINE, NULL, 0, NULL, 0) < 0)
-        precon_fail(pre, PSCOM_ERR_STDERROR, errno);
-}
-
-/* Connect side: con_connect is over (rc); CONFIRM, or CANCEL and the next plugin. */
-static void connect_done(pscom_precon_t *pre, int rc, const void *confirm, size_t clen)
-{
-    if (rc < 0) {
-        cand_abort(pre);
-        if (send_msg(pre, PSCOM_PRECON_CANCEL, NULL, 0, NULL, 0) < 0) {
-            handshake_failed(pre, 1, PSCOM_ERR_STDERROR, errno, "send");
-            return;
-        }
-        offer_next(pre);
-        return;
-    }
-    if (clen > PSCOM_PRECON_BLOB_MAX) clen = PSCOM_PRECON_BLOB_MAX;
-    pre->confirm_sent = 1;
-    if (send_msg(pre, PSCOM_PRECON_CONFIRM, confirm, clen, NULL, 0) < 0)
-        handshake_failed(pre, 1, PSCOM_ERR_STDERROR, errno, "send");
-}
-
-static void handle_accept(pscom_precon_t *pre, const unsigned char *p, size_t len)
-{
-    unsigned char confirm[PSCOM_PRECON_BLOB_MAX];
-    size_t clen = 0;
-    int rc      = 0;
-    if (pre->cand->ops->con_connect)
-        rc = pre->cand->ops->con_connect(pre->con, p, len, confirm, &clen);
-    if (rc == PSCOM_PLUGIN_PENDING) {
-        if (clen > PSCOM_PRECON_BLOB_MAX) clen = PSCOM_PRECON_BLOB_MAX;
-        pre->pending_confirm = malloc(clen ? clen : 1);
-        if (pre->pending_confirm) {
-            memcpy(pre->pending_confirm, confirm, clen);
-            pre->pending_confirm_len = clen;
-            pre->pending             = 1;
-            return;
-        }
-        rc = -1;
-    }
-    connect_done(pre, rc, confirm, clen);
-}
-
-/* Accept side: con_confirm is over (rc); CONFIRM_OK and the transport
- * starts, or CONFIRM_FAIL and the peer offers the next plugin. */
-static void confirm_done(pscom_precon_t *pre, int rc)
-{
-    if (rc < 0) {
-        cand_abort(pre);
-        if (send_msg(pre, PSCOM_PRECON_CONFIRM_FAIL, NULL, 0, NULL, 0) < 0)
-            precon_fail(pre, PSCOM_ERR_STDERROR, errno);
-        return;
-    }
-    if (send_msg(pre, PSCOM_PRECON_CONFIRM_OK, NULL, 0, NULL, 0) < 0) {
-        precon_fail(pre, PSCOM_ERR_STDERROR, errno);
-        return;
-    }
-    if (pre->out_len) {
-        pre->start_when_flushed = 1; /* start once CONFIRM_OK has left */
-    } else {
-        start_transport(pre);
-    }
-}
-
-static void handle_confirm(pscom_precon_t *pre, const unsigned char *p, size_t len)
-{
-    int rc = pre->cand->ops->con_confirm ? pre->cand->ops->con_confirm(pre->con, p, len) : 0;
-    if (rc == PSCOM_PLUGIN_PENDING) {
-        pre->pending = 1;
-        return;
-    }
-    confirm_done(pre, rc);
-}
-
-void pscom_con_handshake_done(pscom_con_t *con, int rc)
-{
-    pscom_precon_t *pre = con->precon;
-    if (!pre || !pre->pending || pre->pending_done) {
-        plog_err("%s: plugin error: pscom_con_handshake_done() without a pending handshake step",
-                 pscom_con_name(con));
-        return;
-    }
-    pre->pending_done = 1;
-    pre->pending_rc   = rc < 0 ? -1 : 0;
-    pscom_timer_start(&pre->timer, 0); /* precon_timer goes on, at the next pass */
-}
-
-/* The plugin's pending step is over: go on where it left off. */
-static void pending_resume(pscom_precon_t *pre)
-{
-    int rc                 = pre->pending_rc;
-    unsigned char *confirm = pre->pending_confirm;
-    size_t clen            = pre->pending_confirm_len;
-    pre->pending_confirm   = NULL;
-    pending_end(pre);
-    watchdog_arm(pre); /* before: what follows may end the handshake */
-    dprecon(pre, "precon %s %p: %s step over: %d", side(pre), (void *)pre, pre->cand->name, rc);
-    if (pre->is_connect) {
-        connect_done(pre, rc, confirm, clen);
-    } else {
-        confirm_done(pre, rc);
-    }
-    free(confirm);
-}
-
-static void handle_reject(pscom_precon_t *pre, const unsigned char *p, size_t len)
-{
-    uint32_t reason = PSCOM_PRECON_REJECT_VERSION;
-    if (len >= sizeof(reason)) {
-        memcpy(&reason, p, sizeof(reason));
-        reason = le32toh(reason);
-    }
-    if (pre->is_connect && reason == PSCOM_PRECON_REJECT_NOMATCH) {
-        /* the peer has not (yet) set up its on-demand connection to us */
-        attempt_failed(pre, 1, PSCOM_ERR_CONNECTION_REFUSED, ECONNREFUSED,
-                       "refused: the peer has no waiting on-demand connection to us");
-        return;
-    }
-    plog_err("%s: the peer refused the connection (%s)", pscom_con_name(pre->con),
-             reason == PSCOM_PRECON_REJECT_VERSION ? "protocol version"
-             : reason == PSCOM_PRECON_REJECT_FAILED ? "its connection to us failed"
-                                                     : "no matching on-demand connection");
-    precon_fail(pre, PSCOM_ERR_CONNECTION_REFUSED, ECONNREFUSED);
-}
-
-/* Is this message type valid now? */
-static int expected(const pscom_precon_t *pre, uint16_t type, size_t len)
-{
-    if (type == PSCOM_PRECON_REJECT || type == PSCOM_PRECON_NO_TRANSPORT) return 1;
-    if (type == PSCOM_PRECON_HELLO) return !pre->hello_received && len == sizeof(pscom_precon_hello_t);
-    if (!pre->hello_received || pre->start_when_flushed || pre->pending) return 0;
-    if (pre->flags & PSCOM_PRECON_FLAG_BACKCONNECT) return type == PSCOM_PRECON_BACKCONNECT_OK;
-    if (pre->is_connect) {
-        /* the answer to our OFFER, then the one to our CONFIRM: a transport
-         * must not start before its con_connect ran */
-        switch (type) {
-        case PSCOM_PRECON_ACCEPT:
-        case PSCOM_PRECON_DECLINE: return pre->cand != NULL && !pre->confirm_sent;
-        case PSCOM_PRECON_CONFIRM_OK:
-        case PSCOM_PRECON_CONFIRM_FAIL: return pre->cand != NULL && pre->confirm_sent;
-        default: return 0;
-        }
-    }
-    switch (type) {
-    case PSCOM_PRECON_OFFER: return len >= PSCOM_PRECON_PLUGIN_NAME;
-    case PSCOM_PRECON_CONFIRM: return pre->cand != NULL;
-    case PSCOM_PRECON_CANCEL: return 1;
-    default: return 0;
-    }
-}
-
-/* One complete message is in pre->in. */
-static void handle_msg(pscom_precon_t *pre)
-{
-    uint16_t type            = pre->hdr.type;
-    size_t len               = pre->hdr.len;
-    const unsigned char *p   = pre->in + PSCOM_PRECON_HEADER_SIZE;
-
-    dprecon(pre, "precon %s %p: recv type %u len %zu", side(pre), (void *)pre, type, len);
-    if (!expected(pre, type, len)) {
-        plog_err("%s: handshake: unexpected message type %u (len %zu) from the peer; closing",
-                 pscom_con_name(pre->con), type, len);
-        precon_fail(pre, PSCOM_ERR_IOERROR, EPROTO);
-        return;
-    }
-    switch (type) {
-    case PSCOM_PRECON_HELLO: handle_hello(pre, p, len); break;
-    case PSCOM_PRECON_OFFER: handle_offer(pre, p, len); break;
-    case PSCOM_PRECON_ACCEPT: handle_accept(pre, p, len); break;
-    case PSCOM_PRECON_DECLINE:
-    case PSCOM_PRECON_CONFIRM_FAIL:
-        cand_abort(pre);
-        offer_next(pre);
-        break;
-    case PSCOM_PRECON_CONFIRM: handle_confirm(pre, p, len); break;
-    case PSCOM_PRECON_CONFIRM_OK: start_transport(pre); break;
-    case PSCOM_PRECON_CANCEL: cand_abort(pre); break;
-    case PSCOM_PRECON_NO_TRANSPORT:
-        plog_info("%s: peer found no common transport", pscom_con_name(pre->con));
-        precon_fail(pre, PSCOM_ERR_STDERROR, ENOPROTOOPT);
-        break;
-    case PSCOM_PRECON_REJECT: handle_reject(pre, p, len); break;
-    case PSCOM_PRECON_BACKCONNECT_OK: precon_finish_quietly(pre); break;
-    }
-}
+/* ---- input ------------------------------------------------------------------- */
 
 /* Read what is available, exactly up to message boundaries. */
 static void read_msgs(pscom_precon_t *pre)
@@ -805,14 +333,14 @@ static void read_msgs(pscom_precon_t *pre)
         if (pre->in_have >= PSCOM_PRECON_HEADER_SIZE) want += pre->hdr.len;
         ssize_t n = recv(pre->ufd.fd, pre->in + pre->in_have, want - pre->in_have, MSG_DONTWAIT);
         if (n == 0) {
-            handshake_failed(pre, 1, PSCOM_ERR_EOF, ECONNRESET, "the peer closed the connection");
+            precon_handshake_failed(pre, 1, PSCOM_ERR_EOF, ECONNRESET, "the peer closed the connection");
             return;
         }
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
             int e = errno;
-            handshake_failed(pre, pscom_tcp_retryable(e), PSCOM_ERR_STDERROR, e, "read");
+            precon_handshake_failed(pre, pscom_tcp_retryable(e), PSCOM_ERR_STDERROR, e, "read");
             return;
         }
         pre->moved = 1;
@@ -833,7 +361,7 @@ static void read_msgs(pscom_precon_t *pre)
             if (pre->hdr.version != PSCOM_PRECON_VERSION) {
                 plog_err("%s: peer speaks handshake version %u, we speak %u; closing",
                          pscom_con_name(pre->con), pre->hdr.version, PSCOM_PRECON_VERSION);
-                send_reject(pre, PSCOM_PRECON_REJECT_VERSION);
+                precon_send_reject(pre, PSCOM_PRECON_REJECT_VERSION);
                 precon_fail(pre, PSCOM_ERR_CONNECTION_REFUSED, EPROTO);
                 return;
             }
@@ -842,7 +370,7 @@ static void read_msgs(pscom_precon_t *pre)
             pre->in_have == PSCOM_PRECON_HEADER_SIZE + pre->hdr.len) {
             pre->in_have  = 0;
             unsigned att  = pre->attempt;
-            handle_msg(pre);
+            precon_handle_msg(pre);
             /* finished, failed, handed over, or a new attempt began */
             if (pre->con->precon != pre || pre->phase != PHASE_HANDSHAKE || pre->attempt != att)
                 return;
@@ -856,7 +384,7 @@ static void precon_handler(pscom_ufd_t *ufd, uint32_t revents)
     if (pre->phase == PHASE_CONNECTING) {
         if (pscom_tcp_connect_finish(ufd->fd) < 0) {
             int e = errno;
-            attempt_failed(pre, pscom_tcp_retryable(e), PSCOM_ERR_STDERROR, e, "connect");
+            precon_attempt_failed(pre, pscom_tcp_retryable(e), PSCOM_ERR_STDERROR, e, "connect");
             return;
         }
         pre->phase = PHASE_HANDSHAKE;
@@ -867,11 +395,11 @@ static void precon_handler(pscom_ufd_t *ufd, uint32_t revents)
     if (revents & EPOLLOUT) {
         if (flush_out(pre) < 0) {
             int e = errno;
-            handshake_failed(pre, pscom_tcp_retryable(e), PSCOM_ERR_STDERROR, e, "write");
+            precon_handshake_failed(pre, pscom_tcp_retryable(e), PSCOM_ERR_STDERROR, e, "write");
             return;
         }
         if (pre->start_when_flushed && !pre->out_len) {
-            start_transport(pre);
+            precon_start_transport(pre);
             return;
         }
     }
@@ -883,11 +411,11 @@ static void precon_timer(pscom_timer_t *timer)
 {
     pscom_precon_t *pre = timer->priv;
     if (pre->pending_done) {
-        pending_resume(pre);
+        precon_pending_resume(pre);
         return;
     }
     if (pre->phase == PHASE_RETRY_WAIT) {
-        attempt_start(pre);
+        precon_attempt_start(pre);
         return;
     }
     if (pre->moved) {
@@ -895,7 +423,7 @@ static void precon_timer(pscom_timer_t *timer)
         pre->stalled = 0;
     } else if (++pre->stalled >= stalled_max()) {
         if (pre->is_connect) {
-            attempt_failed(pre, 1, PSCOM_ERR_STDERROR, ETIMEDOUT,
+            precon_attempt_failed(pre, 1, PSCOM_ERR_STDERROR, ETIMEDOUT,
                            pre->phase == PHASE_CONNECTING ? "TCP connect stalled"
                                                           : "handshake stalled");
         } else {
@@ -910,7 +438,7 @@ static void precon_timer(pscom_timer_t *timer)
     pscom_timer_start(&pre->timer, tick_ms());
 }
 
-static pscom_precon_t *precon_create(pscom_con_t *con, int is_connect)
+pscom_precon_t *precon_create(pscom_con_t *con, int is_connect)
 {
     pscom_precon_t *pre = calloc(1, sizeof(*pre));
     if (!pre) return NULL;
@@ -926,26 +454,10 @@ static pscom_precon_t *precon_create(pscom_con_t *con, int is_connect)
     return pre;
 }
 
-static int send_hello(pscom_precon_t *pre)
-{
-    pscom_sock_t *sock = pre->con->sock;
-    pscom_precon_hello_t h = {
-        .wire_version = htole32(PSCOM_WIRE_VERSION),
-        .flags        = htole32(pre->flags),
-        .node_id      = (int32_t)htole32((uint32_t)sock->pub.local_con_info.node_id),
-        .rank         = (int32_t)htole32((uint32_t)sock->pub.local_con_info.rank),
-        .portno       = (int32_t)htole32((uint32_t)sock->pub.listen_portno),
-        .attempt      = htole32(pre->is_connect ? pre->attempt : 0),
-        .con_id       = htole64((uint64_t)(uintptr_t)&pre->con->pub),
-    };
-    memcpy(h.name, sock->pub.local_con_info.name, sizeof(h.name));
-    return send_msg(pre, PSCOM_PRECON_HELLO, &h, sizeof(h), NULL, 0);
-}
-
 /* ---- connect side ------------------------------------------------------------ */
 
 /* Begin attempt number pre->attempt + 1: a fresh socket, a fresh handshake. */
-static void attempt_start(pscom_precon_t *pre)
+void precon_attempt_start(pscom_precon_t *pre)
 {
     char tgt[96], lim[96];
     pre->attempt++;
@@ -972,7 +484,7 @@ static void attempt_start(pscom_precon_t *pre)
             precon_fail(pre, PSCOM_ERR_STDERROR, e);
             return;
         }
-        attempt_failed(pre, pscom_tcp_retryable(e), PSCOM_ERR_STDERROR, e, "connect");
+        precon_attempt_failed(pre, pscom_tcp_retryable(e), PSCOM_ERR_STDERROR, e, "connect");
         return;
     }
     pre->ufd.fd     = fd;
@@ -986,11 +498,11 @@ static void attempt_start(pscom_precon_t *pre)
     }
     dprecon(pre, "precon connect %p: attempt %u to %s%s", (void *)pre, pre->attempt,
             target_str(pre, tgt, sizeof(tgt)), connected ? " (connected)" : "");
-    if (send_hello(pre) < 0) { /* queued until connected */
+    if (precon_send_hello(pre) < 0) { /* queued until connected */
         precon_fail(pre, PSCOM_ERR_STDERROR, errno);
         return;
     }
-    watchdog_arm(pre);
+    precon_watchdog_arm(pre);
     if (connected) precon_handler(&pre->ufd, EPOLLOUT);
 }
 
@@ -1008,50 +520,8 @@ int pscom_precon_connect_to(pscom_con_t *con, uint32_t addr, int port, uint32_t 
     pre->port       = port;
     pre->flags      = flags;
     pre->direct_err = direct_err;
-    attempt_start(pre);
+    precon_attempt_start(pre);
     return con->precon == pre ? 0 : -1;
-}
-
-void pscom_precon_backconnect_to(pscom_con_t *owner, uint32_t addr, int port)
-{
-    pscom_con_t *tmp = pscom_con_create(owner->sock);
-    if (!tmp) {
-        errno = ENOMEM;
-        pscom_ondemand_backconnect_done(owner, 1, PSCOM_ERR_STDERROR);
-        return;
-    }
-    tmp->user_closed         = 1; /* library-owned */
-    tmp->pub.state           = PSCOM_CON_STATE_CONNECTING;
-    tmp->pub.remote_con_info = owner->pub.remote_con_info;
-    pscom_con_list(tmp);
-    pscom_precon_t *pre = precon_create(tmp, 1);
-    if (!pre) {
-        pscom_con_setup_failed(tmp, PSCOM_ERR_STDERROR);
-        errno = ENOMEM;
-        pscom_ondemand_backconnect_done(owner, 1, PSCOM_ERR_STDERROR);
-        return;
-    }
-    owner->refcnt++;
-    pscom_list_add_tail(&pre->bc_next, &backconnects);
-    pre->addr     = addr;
-    pre->port     = port;
-    pre->flags    = PSCOM_PRECON_FLAG_BACKCONNECT;
-    pre->od_owner = owner;
-    attempt_start(pre);
-}
-
-void pscom_precon_backconnect_sweep(pscom_sock_t *sock)
-{
-    pscom_list_t *pos;
-again:
-    pscom_list_for_each(pos, &backconnects) {
-        pscom_precon_t *pre = pscom_list_entry(pos, pscom_precon_t, bc_next);
-        pscom_con_t *owner  = pre->od_owner;
-        if (owner->sock == sock && (!owner->ondemand || owner->user_closed)) {
-            pscom_precon_abort(pre); /* leaves the list, may release owner: start over */
-            goto again;
-        }
-    }
 }
 
 /* ---- accept side -------------------------------------------------------------- */
@@ -1074,6 +544,6 @@ int pscom_precon_accept(pscom_con_t *con, int fd)
         return -1;
     }
     /* we answer the peer's HELLO: by then we know which connection it is for */
-    watchdog_arm(pre);
+    precon_watchdog_arm(pre);
     return 0;
 }

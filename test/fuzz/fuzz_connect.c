@@ -7,6 +7,8 @@
  *   byte 0   bits 0-5: the bytes go in pieces of this many + 1, the
  *                      client progressing between them (63: all at once)
  *            bit 6:    the peer closes instead of shutting down writing
+ *            bit 7:    the last piece goes without progress: the client reads it
+ *                      only after the peer closes or shuts down
  *   byte 1   what connects, modulo 3 (FUZZ_CONNECT_*):
  *            0 a plain connect;
  *            1 an on-demand connection with a send waiting, to a peer of a

@@ -19,6 +19,8 @@
  *                       each client in turn, the server progressing
  *                       between them (63: all at once)
  *             bit 6:    the clients close instead of shutting down writing
+ *             bit 7:    the last piece goes without progress: the server reads it
+ *                       only after the clients close or shut down
  *   byte 1    bit 0:    a send waits on "fuzzcli" from the start (the
  *                       server asks the peer to connect back)
  *             bit 1:    a send waits on "fuzzzzz" (the server connects)

@@ -8,6 +8,8 @@
  *   byte 0   bits 0-5: the bytes go in pieces of this many + 1, the
  *                      server progressing between them (63: all at once)
  *            bit 6:    the client closes instead of shutting down writing
+ *            bit 7:    the last piece goes without progress: the server reads it
+ *                      only after the client closes or shuts down
  *   rest     the client's bytes; 4 bytes anywhere that read FUZZ_NODE_MARK
  *            become the server's node id (a HELLO from the same node lets
  *            shm accept an offer)

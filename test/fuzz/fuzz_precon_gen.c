@@ -31,7 +31,14 @@ const char *fuzz_target_selfcheck(void)
         LLVMFuzzerTestOneInput(in, len); /* also: the EOF ends the connection */
         FUZZ_CHECK(fuzz_precon_accepted() == before + 1);
     }
-    return "valid handshakes: accepted, then ended by the client's EOF";
+    /* the client closes before the server read its handshake: the
+     * server's answers go to a closed peer (EPIPE, never SIGPIPE) */
+    unsigned char in[256];
+    in[0]      = 63 | 64 | 128;
+    size_t len = 1 + fuzz_hs_valid_accept(in + 1, sizeof(in) - 1, 0, "fuzzcli");
+    LLVMFuzzerTestOneInput(in, len);
+    return "valid handshakes: accepted, then ended by the client's EOF; answers to a client "
+           "that closed first";
 }
 
 /* ---- 2. damaged handshakes of every message type ------------------------------------------ */

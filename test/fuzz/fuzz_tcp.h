@@ -48,8 +48,9 @@ void fuzz_tcp_await_done(pscom_request_t *r);
 uint8_t *fuzz_node_marks_replaced(const uint8_t *data, size_t size);
 
 /* Send the bytes to the pscom side on fd in pieces of (flags & 63) + 1
- * (63: all at once), progressing it between them; then close fd (flags &
- * 64, returns -1) or shut down writing (returns fd). */
+ * (63: all at once), progressing it after each (flags & 128: not after the
+ * last one, so that it reads that only after the close); then close fd
+ * (flags & 64, returns -1) or shut down writing (returns fd). */
 int fuzz_tcp_play(int fd, const uint8_t *bytes, size_t size, unsigned flags);
 
 /* The same for n (at most FUZZ_TCP_MAX_PEERS) peers at once, a piece of
