@@ -118,12 +118,13 @@ static uint64_t job_close(shm_job_t *job)
     }
 }
 
-static void chunk_range(shm_job_t *job, uint64_t idx, uint64_t *off, uint64_t *len)
+/* Chunk idx of a job of total bytes in chunks of chunk bytes (idx below
+ * the job's chunk count). */
+static void chunk_range(uint64_t chunk, uint64_t total, uint64_t idx, uint64_t *off,
+                        uint64_t *len)
 {
-    uint64_t chunk = atomic_load_explicit(&job->chunk, memory_order_relaxed);
-    uint64_t total = atomic_load_explicit(&job->len, memory_order_relaxed);
-    *off           = idx * chunk;
-    *len           = total - *off < chunk ? total - *off : chunk;
+    *off = idx * chunk;
+    *len = total - *off < chunk ? total - *off : chunk;
 }
 
 ssize_t shm_job_help(shm_job_t *job, pid_t peer, size_t budget, uint64_t lo, uint64_t hi)
@@ -133,7 +134,9 @@ ssize_t shm_job_help(shm_job_t *job, pid_t peer, size_t budget, uint64_t lo, uin
         int64_t idx = job_claim(job);
         if (idx < 0) break;
         uint64_t off, len;
-        chunk_range(job, (uint64_t)idx, &off, &len);
+        chunk_range(atomic_load_explicit(&job->chunk, memory_order_relaxed),
+                    atomic_load_explicit(&job->len, memory_order_relaxed), (uint64_t)idx, &off,
+                    &len);
         uint64_t dst = atomic_load_explicit(&job->dst, memory_order_relaxed) + off;
         uint64_t src = atomic_load_explicit(&job->src, memory_order_relaxed) + off;
         int err      = -EFAULT; /* unless it is the message we announced */
@@ -165,7 +168,13 @@ int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
     int64_t idx;
     while ((idx = job_claim(job)) >= 0) {
         uint64_t off, clen;
-        chunk_range(job, (uint64_t)idx, &off, &clen);
+        if ((uint64_t)idx >= n) { /* the job in our segment was overwritten */
+            uint64_t claimed = job_close(job);
+            if (claimed < n) n = claimed;
+            err = -EPROTO;
+            break;
+        }
+        chunk_range(chunk, len, (uint64_t)idx, &off, &clen);
         err = shm_cma_read(peer, (char *)dst + off, src + off, clen);
         if (err) {
             mine_failed = 1;
@@ -186,9 +195,10 @@ int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
     if (err) return err;
     *helped       = mine < n;
     uint64_t redo = atomic_load_explicit(&job->redo, memory_order_relaxed);
+    if (redo > n) return -EPROTO; /* the job in our segment was overwritten */
     if (redo) {
         uint64_t off, clen;
-        chunk_range(job, redo - 1, &off, &clen);
+        chunk_range(chunk, len, redo - 1, &off, &clen);
         err = shm_cma_read(peer, (char *)dst + off, src + off, clen);
     }
     return err;
