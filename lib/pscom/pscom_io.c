@@ -236,6 +236,13 @@ static int process_buffer(pscom_con_t *con)
     return 0;
 }
 
+size_t pscom_read_drop_len(pscom_con_t *con)
+{
+    const pscom_con_in_t *in = &con->in;
+    if (!in_data_phase(in) || in->pinned) return 0;
+    return in->data_done < store_len(in) ? 0 : in->data_len - in->data_done;
+}
+
 void pscom_read_pin(pscom_con_t *con)
 {
     con->in.pinned = 1;

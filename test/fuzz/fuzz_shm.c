@@ -35,8 +35,9 @@
  *                         hl - 8 bytes, data the rest).
  *               RNDV      hl (1 byte), hl head bytes, 16 bytes {src, len};
  *                         op bit 3: src and len become a buffer of this
- *                         process (fuzz_src) and op bit 4 a consistent
- *                         USER message header (else they are as given)
+ *                         process (fuzz_src; bit 5: src only, the length
+ *                         stays), op bit 4: a consistent USER message
+ *                         header (else they are as given)
  *               ACK       16 bytes {done, status, reserved}
  *               WRAP      nothing: the client goes on at the ring's
  *                         start (from the ring's second half only)
@@ -68,6 +69,7 @@
 #include "fuzz_tcp.h"
 #include "pscom.h"
 #include "pscom_con.h"
+#include "pscom_core.h"
 #include "pscom_progress.h"
 #include "pscom_sock.h"
 #include "pscom_wire.h"
@@ -210,7 +212,9 @@ static int put_packet(fuzz_in_t *in, shm_con_t *cli, shm_con_t *srv)
         in_bytes(in, p, hl);
         shm_rndv_t rd;
         in_bytes(in, &rd, sizeof(rd));
-        if (op & 8) {
+        if ((op & 8) && (op & 32)) { /* the receiver reads what its buffer takes */
+            rd.src = (uint64_t)(uintptr_t)fuzz_src + rd.src % FUZZ_SHM_SRC_LEN;
+        } else if (op & 8) {
             rd.len %= FUZZ_SHM_SRC_LEN;
             rd.src = (uint64_t)(uintptr_t)fuzz_src + rd.src % (FUZZ_SHM_SRC_LEN - rd.len + 1);
         }
@@ -335,13 +339,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     server_read(cli, srv);
 
     /* the packets */
-    fuzz_in_t in = {.p = data + 2, .left = size - 2};
+    uint64_t progress0 = pscom.progress_counter;
+    fuzz_in_t in       = {.p = data + 2, .left = size - 2};
     for (unsigned n = 1; in.left && ring_open(cli, srv); n++) {
         if (!put_packet(&in, cli, srv)) break;
         if (!(data[0] & 16) || !(n % 4)) server_read(cli, srv);
     }
     server_read(cli, srv);
-    fuzz_shm_last = (fuzz_shm_result_t){.server_stopped = srv->closed || srv->read_stopped};
+    fuzz_shm_last = (fuzz_shm_result_t){.server_stopped = srv->closed || srv->read_stopped,
+                                        .progress       = pscom.progress_counter - progress0};
     for (unsigned i = 0; i < 3; i++)
         if (recvs[i] && pscom_req_successful(recvs[i])) fuzz_shm_last.recvs_ok++;
     if (recvs[0]) {

@@ -94,7 +94,6 @@ typedef struct shm_con {
     uint64_t rr_src;   /* sender's address of the data */
     uint64_t rr_len;   /* data bytes */
     uint64_t rr_done;  /* ... handed to the core */
-    char *rr_prev;     /* the previous piece's buffer */
     int rr_helped;     /* the sender copied chunks of the last job */
     uint64_t rr_t0;    /* ... arrived at (ns), 0 = not timed */
     /* timing large messages (shm_large_by_ring): the ring message being timed */

@@ -77,20 +77,23 @@ static int shm_rndv_progress(shm_con_t *sc, int *progress)
     int err;
 
     while (sc->rr_done < sc->rr_len) {
-        char *buf;
-        size_t n;
-        pscom_read_get_buf(con, &buf, &n);
-        if (n > sc->rr_len - sc->rr_done) n = (size_t)(sc->rr_len - sc->rr_done);
-        if (buf != sc->rr_prev) {
+        uint64_t rest = sc->rr_len - sc->rr_done;
+        size_t n      = pscom_read_drop_len(con);
+        if (n) {
+            /* nobody takes the rest (a truncated receive): it stays in the
+             * sender, and goes at once (a peer may announce up to 1 TiB) */
+            if (n > rest) n = (size_t)rest;
+        } else {
+            char *buf;
+            pscom_read_get_buf(con, &buf, &n);
+            if (n > rest) n = (size_t)rest;
             if (!budget) return 0; /* more in the next poll */
             if (n > budget) n = budget;
             err = shm_job_run(job, sc->peer_pid, buf, sc->rr_src + sc->rr_done, n,
                               shm_config.copy_chunk, shm_peer_alive, sc, &sc->rr_helped);
             if (err) goto failed;
             budget -= n;
-        } /* else: the same buffer twice is the core's scratch for the tail of a
-           * truncated message, which it drops: nothing to fetch */
-        sc->rr_prev = buf;
+        }
         sc->rr_done += n;
         *progress = 1;
         if (pscom_read_done(con, n) || sc->closed) return -1;
@@ -140,7 +143,6 @@ static int shm_recv_rndv(shm_con_t *sc, const shm_pkt_in_t *pkt, int *progress)
     sc->rr_src    = rd.src;
     sc->rr_len    = rd.len;
     sc->rr_done   = 0;
-    sc->rr_prev   = NULL;
     sc->rr_t0     = shm_time_wanted(sc, rd.len) ? shm_now_ns() : 0;
     if (!sc->cma_local) {
         sc->rr_active   = 0;

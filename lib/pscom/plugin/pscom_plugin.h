@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 10
+#define PSCOM_PLUGIN_ABI_VERSION 11
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -183,6 +183,13 @@ PSCOM_PLUGIN_API void pscom_read_get_buf(pscom_con_t *con, char **buf, size_t *l
  * close op has been or will be called; memory stays valid until the
  * current API call returns). */
 PSCOM_PLUGIN_API int pscom_read_done(pscom_con_t *con, size_t len);
+/* In the data phase of a message: how many of its remaining data bytes
+ * nobody stores (the receive is truncated, or there is none), 0 while
+ * the next bytes go into a receive buffer or between messages. A
+ * transport that need not move those bytes (a single copy leaves them in
+ * the sender) may pass up to that many to pscom_read_done() at once,
+ * without a buffer: their count alone ends the message. */
+PSCOM_PLUGIN_API size_t pscom_read_drop_len(pscom_con_t *con);
 /* Hand over len bytes from the transport's own buffer (copies them).
  * Returns as pscom_read_done(). */
 PSCOM_PLUGIN_API int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len);
