@@ -12,7 +12,9 @@
 # Environment:
 #   WATCH=s    instead: probe every s seconds until stopped, print each
 #              reading with the time, and take a sitting of the 8 B target
-#              (SITTING, into the output) whenever a reading is below FAST
+#              (SITTING, into the output) whenever a reading and the two
+#              taken right after it are below FAST (one fast reading under
+#              load, or in a burst of milliseconds, is not worth a sitting)
 #   FAST=0.18  the fast-state threshold in us
 #   SITTING='TLS=shm SIZES=8 TOOLS="pscom_sep tag_lat" R=16 ITERS=50000 bench/ucp.sh'
 # The machine must be otherwise idle: any load reads as the slow state.
@@ -41,10 +43,15 @@ if [[ -z ${WATCH:-} ]]; then
     exit 0
 fi
 need_posint WATCH
+fast() { awk -v v="$1" -v f="$FAST" 'BEGIN { exit !(v > 0 && v < f) }'; }
 while true; do
     v=$(probe)
     echo "$(date +%H:%M:%S) $v"
-    if awk -v v="$v" -v f="$FAST" 'BEGIN { exit !(v > 0 && v < f) }'; then
+    if fast "$v"; then
+        v2=$(probe) && v3=$(probe)
+        echo "$(date +%H:%M:%S) confirm: $v2 $v3"
+    fi
+    if fast "$v" && fast "$v2" && fast "$v3"; then
         echo "=== sitting $(date +%H:%M:%S), $(git -C "$REPO" rev-parse --short HEAD): $SITTING"
         (cd "$REPO" && eval "$SITTING") || note "the sitting failed"
         echo "=== end $(date +%H:%M:%S), probe $(probe)"
