@@ -77,10 +77,14 @@ pscom_request_t *fuzz_tcp_send_waiting(pscom_connection_t *c)
     return r;
 }
 
+int fuzz_tcp_no_connection(pscom_socket_t *s)
+{
+    return pscom_list_empty(&pscom_sock_from_pub(s)->connections);
+}
+
 void fuzz_tcp_await_no_connection(pscom_socket_t *s)
 {
-    pscom_sock_t *sock = pscom_sock_from_pub(s);
-    for (unsigned passes = 0; !pscom_list_empty(&sock->connections); passes++) {
+    for (unsigned passes = 0; !fuzz_tcp_no_connection(s); passes++) {
         FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "closing leaves no connection");
         pscom_test_any();
     }

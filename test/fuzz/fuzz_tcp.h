@@ -35,6 +35,9 @@ pscom_connection_t *fuzz_tcp_ondemand(pscom_socket_t *s, int port, const char *n
 /* an 8-byte send posted on c (on demand: it starts the connect) */
 pscom_request_t *fuzz_tcp_send_waiting(pscom_connection_t *c);
 
+/* Does s hold no connection at all (not even one in its handshake)? */
+int fuzz_tcp_no_connection(pscom_socket_t *s);
+
 /* Progress until s holds no connection at all, within FUZZ_TCP_PASSES
  * passes (else FUZZ_CHECK aborts). */
 void fuzz_tcp_await_no_connection(pscom_socket_t *s);
