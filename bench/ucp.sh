@@ -24,8 +24,9 @@
 #   KEEP=1         keep the temporary directory with all raw outputs
 #   VERBOSE=1      also print every repetition's numbers
 #   SIZES="8 65536 1048576 4194304"   message sizes (a subset of these four)
-#   TOOLS="pscom pscom_sep ucp_pp tag_lat tag_bw"   what runs in each repetition,
-#                  in this order rotated by one per repetition; e.g. the 8 B
+#   TOOLS="pscom pscom_sep ucp_pp tag_lat tag_bw"   what runs in each repetition
+#                  at each size (sizes outermost), in this order rotated by one
+#                  per repetition; e.g. the 8 B
 #                  target alone, each pair of runs back to back:
 #                  SIZES=8 TOOLS="pscom_sep tag_lat" R=40 bench/ucp.sh
 #                  pscom_sep_b (not by default): pscom_pp --sepbuf of another
@@ -83,10 +84,10 @@ tls_env() { # the UCX environment of a transport set
 # RESULTS, lines: tls tool rep size half_rtt_us MBps
 
 # pscom over ucp only: no shm, no tcp plugin (the handshake still uses TCP).
-# run_pscom <tls> <rep> <tool>: tool pscom (echo), pscom_sep (server --sepbuf)
-# or pscom_sep_b (the same with PSCOM_PP_B)
+# run_pscom <tls> <rep> <size> <tool>: tool pscom (echo), pscom_sep (server
+# --sepbuf) or pscom_sep_b (the same with PSCOM_PP_B)
 run_pscom() {
-    local tls=$1 rep=$2 tool=$3 out=$TMP/pscom-server.$1.$2.$3 size n cout pp=$PP
+    local tls=$1 rep=$2 size=$3 tool=$4 out=$TMP/pscom-server.$1.$2.$3.$4 n cout pp=$PP
     # shellcheck disable=SC2207 # tls_env: words
     local -a env_=(env PSP_SHM=0 PSP_TCP=0 PSP_OPENIB=0 PSP_DEBUG_CONTYPE=1 $(tls_env "$tls"))
     local -a sopt=()
@@ -94,59 +95,59 @@ run_pscom() {
     [[ $tool == pscom_sep_b ]] && pp=$PP_B
     start_server "$out" "${env_[@]}" "${PIN_SERVER[@]}" "$pp" -l 0 "${sopt[@]}"
     server_endpoint "$out"
-    for size in $SIZES; do
-        n=$(iters_for "$size")
-        cout=$TMP/$tool-client.$tls.$rep.$size
-        pp_client "$cout" "$size" "$n" "$tls, size $size, rep $rep" \
-            "${env_[@]}" "${PIN_CLIENT[@]}" "$pp" -c "$EP" --warmup $((n / 10 + 1))
-        # latency = size / throughput: pscom_pp prints the time with 2 decimals only
-        echo "$tls $tool $rep $size $PP_LAT $PP_MBS" >>"$RESULTS"
-        grep -q 'via ucp' "$cout" || { cat "$cout" >&2; die "the pscom_pp client did not connect via ucp"; }
-    done
+    n=$(iters_for "$size")
+    cout=$TMP/$tool-client.$tls.$rep.$size
+    pp_client "$cout" "$size" "$n" "$tls, size $size, rep $rep" \
+        "${env_[@]}" "${PIN_CLIENT[@]}" "$pp" -c "$EP" --warmup $((n / 10 + 1))
+    # latency = size / throughput: pscom_pp prints the time with 2 decimals only
+    echo "$tls $tool $rep $size $PP_LAT $PP_MBS" >>"$RESULTS"
+    grep -q 'via ucp' "$cout" || { cat "$cout" >&2; die "the pscom_pp client did not connect via ucp"; }
     pp_server_done "$out" ucp
 }
 
 # the plain UCX ping-pong (it pins itself: parent cpu 0, child cpu 1)
 run_ucp_pp() {
-    local tls=$1 rep=$2 size n out
-    for size in $SIZES; do
-        n=$(iters_for "$size")
-        out=$TMP/ucp_pp.$tls.$rep.$size
-        # shellcheck disable=SC2046 # tls_env: words
-        timeout 300 env $(tls_env "$tls") "${PIN_SELF[@]}" "$TMP/ucp_pp" "$size" "$n" >"$out" 2>&1 ||
-            { cat "$out" >&2; die "ucp_pp failed ($tls, size $size)"; }
-        awk -v t="$tls" -v r="$rep" '$1 == "ucp_pp" { print t, "ucp_pp", r, $2, $4, $5 }' "$out" >>"$RESULTS"
-    done
+    local tls=$1 rep=$2 size=$3 n out
+    n=$(iters_for "$size")
+    out=$TMP/ucp_pp.$tls.$rep.$size
+    # shellcheck disable=SC2046 # tls_env: words
+    timeout 300 env $(tls_env "$tls") "${PIN_SELF[@]}" "$TMP/ucp_pp" "$size" "$n" >"$out" 2>&1 ||
+        { cat "$out" >&2; die "ucp_pp failed ($tls, size $size)"; }
+    awk -v t="$tls" -v r="$rep" '$1 == "ucp_pp" { print t, "ucp_pp", r, $2, $4, $5 }' "$out" >>"$RESULTS"
 }
 
-# ucx_perftest <test> for every size (tag_bw only for the large ones)
+# ucx_perftest <test> at one size (tag_bw only for the large ones)
 run_perftest() {
-    local tls=$1 test=$2 rep=$3 size n out lat
-    for size in $SIZES; do
-        [[ $test == tag_bw && $size -lt 65536 ]] && continue
-        n=$(iters_for "$size")
-        out=$TMP/$test.$tls.$rep.$size
-        perftest "$out" "$(tls_env "$tls")" -t "$test" -s "$size" -n "$n" -w $((n / 10 + 1))
-        # "Final: iters p50 avg overall ...": the average latency (half round trip
-        # for tag_lat, time per message for tag_bw)
-        lat=$(awk '$1 == "Final:" { print $4; exit }' "$out")
-        [[ -n $lat ]] || { cat "$out" >&2; die "no Final: line from ucx_perftest $test"; }
-        awk -v t="$tls" -v tool="$test" -v r="$rep" -v s="$size" -v l="$lat" \
-            'BEGIN { printf "%s %s %s %s %s %.1f\n", t, tool, r, s, l, s / l }' >>"$RESULTS"
-    done
+    local tls=$1 test=$2 rep=$3 size=$4 n out lat
+    [[ $test == tag_bw && $size -lt 65536 ]] && return 0
+    n=$(iters_for "$size")
+    out=$TMP/$test.$tls.$rep.$size
+    perftest "$out" "$(tls_env "$tls")" -t "$test" -s "$size" -n "$n" -w $((n / 10 + 1))
+    # "Final: iters p50 avg overall ...": the average latency (half round trip
+    # for tag_lat, time per message for tag_bw)
+    lat=$(awk '$1 == "Final:" { print $4; exit }' "$out")
+    [[ -n $lat ]] || { cat "$out" >&2; die "no Final: line from ucx_perftest $test"; }
+    awk -v t="$tls" -v tool="$test" -v r="$rep" -v s="$size" -v l="$lat" \
+        'BEGIN { printf "%s %s %s %s %s %.1f\n", t, tool, r, s, l, s / l }' >>"$RESULTS"
 }
 
+# Sizes outermost: the runs of one size follow each other within a second
+# or two, so that a ratio compares runs in the same state of the host
+# (until 2026-11-27 each tool ran all sizes in turn: the 8 B runs of pscom
+# and tag_lat lay 10-20 s apart, and the host changes state within seconds).
 one_rep() {
-    local rep=$1 tls t order
+    local rep=$1 tls t order size
+    # shellcheck disable=SC2086 # TOOLS: words
+    order=$(rotate $((rep - 1)) $TOOLS) # rep 1: as given
     for tls in $TLS; do
-        # shellcheck disable=SC2086 # TOOLS: words
-        order=$(rotate $((rep - 1)) $TOOLS) # rep 1: as given
-        for t in $order; do
-            case $t in
-            pscom | pscom_sep | pscom_sep_b) run_pscom "$tls" "$rep" "$t" ;;
-            ucp_pp) run_ucp_pp "$tls" "$rep" ;;
-            *) run_perftest "$tls" "$t" "$rep" ;;
-            esac
+        for size in $SIZES; do
+            for t in $order; do
+                case $t in
+                pscom | pscom_sep | pscom_sep_b) run_pscom "$tls" "$rep" "$size" "$t" ;;
+                ucp_pp) run_ucp_pp "$tls" "$rep" "$size" ;;
+                *) run_perftest "$tls" "$t" "$rep" "$size" ;;
+                esac
+            done
         done
     done
 }
@@ -162,7 +163,8 @@ FMT_PREC=3
 # latency differs by up to 8x (bench/README.md), from one run to the next;
 # the ratio depends on the state, so it is also given per state, taken from
 # tag_lat of the same repetition. Meaningful when the two runs are adjacent
-# (TOOLS="pscom_sep tag_lat"): else they may have met different states.
+# (sizes outermost: the 8 B runs of a repetition follow each other; closest
+# with TOOLS="pscom_sep tag_lat"): else they may have met different states.
 state_table() { # state_table <tls>
     awk -v t="$1" '
         $1 == t && $4 == 8 && $2 == "pscom_sep" { p[$3] = $5 }
