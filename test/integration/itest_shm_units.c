@@ -10,14 +10,21 @@
  *    helping, 30 times; then with a sender that refuses the upper half
  *    (its chunk comes back and the receiver copies it; the sender stops
  *    helping, as the plugin does), 30 times; then with no helper at all.
- *    The destination equals the source every time.
+ *    The destination equals the source every time;
+ *  - a broken sender that overwrites the job's claim word while the
+ *    receiver runs it (a chunk index beyond the job; a count that ends the
+ *    claims early): the receiver returns -EPROTO at once, without waiting
+ *    for chunks nobody copies, and writes nothing past its destination (a
+ *    guard page behind it).
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 #include "shm_cma.h"
 #include "shm_ring.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +125,7 @@ static void ring_test(void)
 typedef struct ctl {
     shm_job_t job;
     _Alignas(64) volatile uint32_t stop; /* the round is over: helper, exit */
+    uint64_t claim0;                     /* the claim word before the round */
 } ctl_t;
 
 static int always_alive(void *arg)
@@ -160,6 +168,72 @@ static int job_round(ctl_t *ctl, unsigned char *dst, unsigned char *src, int ref
     return helped;
 }
 
+/* ---- a broken sender ---- */
+
+enum { BREAK_INDEX, BREAK_COUNT };
+#define BREAK_CHUNK 4096u /* 2048 chunks: the receiver takes milliseconds */
+
+/* A receiver waiting for chunks of an overwritten job would wait as long
+ * as the peer lives: fail instead (about 1 s of waiting). */
+static int alive_a_while(void *arg)
+{
+    unsigned *calls = arg;
+    if (++*calls > 4000) TU_FAIL("the receiver waits for a job the peer overwrote");
+    return 1;
+}
+
+/* The helper: as soon as the receiver opened its job, overwrite the claim
+ * word (same generation) so that the next claim is index n + 5 of a count
+ * of 2^20 - 1, or index 5 of a count of 1. */
+static void breaker(ctl_t *ctl, int how)
+{
+    unsigned spins = 0;
+    uint64_t c;
+    while ((c = atomic_load(&ctl->job.claim)) == ctl->claim0 && !ctl->stop) spin(&spins);
+    const unsigned ib = SHM_JOB_IDX_BITS;
+    uint64_t gen      = c >> (2 * ib), n = (c >> ib) & SHM_JOB_MAX_CHUNKS;
+    uint64_t cnt      = how == BREAK_INDEX ? SHM_JOB_MAX_CHUNKS : 1;
+    uint64_t idx      = how == BREAK_INDEX ? n + 5 : 5;
+    atomic_store(&ctl->job.claim, gen << (2 * ib) | cnt << ib | idx);
+    while (!ctl->stop) spin(&spins);
+}
+
+/* Rounds with a breaking helper until one breaks the job before the
+ * receiver is done (a round it missed must copy correctly). */
+static void break_test(ctl_t *ctl, unsigned char *dst, unsigned char *src, int how)
+{
+    unsigned missed = 0;
+    for (;;) {
+        pid_t receiver = getpid();
+        ctl->stop      = 0;
+        ctl->claim0    = atomic_load(&ctl->job.claim);
+        memset(dst, 0, JOB_LEN);
+        pid_t helper = fork();
+        TU_ASSERT(helper >= 0);
+        if (!helper) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != receiver) _exit(1);
+            breaker(ctl, how);
+            _exit(0);
+        }
+        unsigned calls = 0;
+        int helped     = 0;
+        int r = shm_job_run(&ctl->job, helper, dst, (uint64_t)(uintptr_t)src, JOB_LEN,
+                            BREAK_CHUNK, alive_a_while, &calls, &helped);
+        ctl->stop = 1;
+        int st;
+        TU_ASSERT_EQ(waitpid(helper, &st, 0), helper);
+        TU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        if (r == -EPROTO) break;
+        TU_ASSERT_EQ(r, 0); /* the helper came too late */
+        TU_ASSERT_MEM_EQ(dst, src, JOB_LEN);
+        if (++missed == 50) TU_FAIL("the helper never overwrote a job in time (50 rounds)");
+    }
+    tu_log("copy job with %s: -EPROTO (after %u rounds the helper missed)",
+           how == BREAK_INDEX ? "a chunk index beyond it" : "a count ending the claims early",
+           missed);
+}
+
 static void job_test(void)
 {
     ctl_t *ctl = mmap(NULL, sizeof(ctl_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
@@ -170,10 +244,11 @@ static void job_test(void)
     /* One destination for all rounds, not inherited by the helpers: no
      * fresh pages and no copy-on-write faults in each round (11 us a page
      * on some hosts, 30 rounds of 2048 pages twice). */
-    unsigned char *dst = mmap(NULL, JOB_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                              -1, 0);
+    unsigned char *dst = mmap(NULL, JOB_LEN + 4096, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     TU_ASSERT(dst != MAP_FAILED);
     TU_ASSERT_EQ(madvise(dst, JOB_LEN, MADV_DONTFORK), 0);
+    TU_ASSERT_EQ(mprotect(dst + JOB_LEN, 4096, PROT_NONE), 0); /* a write past it faults */
 
     for (int refuse = 0; refuse < 2; refuse++) {
         unsigned helped = 0;
@@ -190,7 +265,10 @@ static void job_test(void)
                  0);
     TU_ASSERT_EQ(helped, 0);
     TU_ASSERT_MEM_EQ(dst, src, JOB_LEN);
-    munmap(dst, JOB_LEN);
+
+    break_test(ctl, dst, src, BREAK_INDEX);
+    break_test(ctl, dst, src, BREAK_COUNT);
+    munmap(dst, JOB_LEN + 4096);
     free(src);
     munmap(ctl, sizeof(ctl_t));
 }

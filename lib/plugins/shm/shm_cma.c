@@ -74,6 +74,8 @@ uint64_t shm_job_chunk_size(uint64_t len)
     return (c + 4095) & ~(uint64_t)4095;
 }
 
+/* Opens a job of n = ceil(len / chunk) chunks; returns its claim word
+ * once all are claimed: claim_word(gen, n, n). */
 static uint64_t job_open(shm_job_t *job, uint64_t dst, uint64_t src, uint64_t len,
                          uint64_t chunk)
 {
@@ -87,7 +89,7 @@ static uint64_t job_open(shm_job_t *job, uint64_t dst, uint64_t src, uint64_t le
     atomic_store_explicit(&job->done, 0, memory_order_relaxed);
     atomic_store_explicit(&job->redo, 0, memory_order_relaxed);
     atomic_store_explicit(&job->claim, claim_word(gen, n, 0), memory_order_release);
-    return n;
+    return claim_word(gen, n, n);
 }
 
 /* Claim the next chunk: its index, or -1 if none is left. */
@@ -162,18 +164,13 @@ int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
     *helped = 0;
     if (len <= chunk) return shm_cma_read(peer, dst, src, len); /* nothing to share */
 
-    uint64_t n = job_open(job, (uint64_t)(uintptr_t)dst, src, len, chunk);
+    uint64_t end  = job_open(job, (uint64_t)(uintptr_t)dst, src, len, chunk);
+    uint64_t n    = (end >> SHM_JOB_IDX_BITS) & IDX_MASK;
     uint64_t mine = 0, mine_failed = 0;
-    int err              = 0;
+    int err       = 0;
     int64_t idx;
-    while ((idx = job_claim(job)) >= 0) {
+    while ((idx = job_claim(job)) >= 0 && (uint64_t)idx < n) {
         uint64_t off, clen;
-        if ((uint64_t)idx >= n) { /* the job in our segment was overwritten */
-            uint64_t claimed = job_close(job);
-            if (claimed < n) n = claimed;
-            err = -EPROTO;
-            break;
-        }
         chunk_range(chunk, len, (uint64_t)idx, &off, &clen);
         err = shm_cma_read(peer, (char *)dst + off, src + off, clen);
         if (err) {
@@ -184,6 +181,14 @@ int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
         atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
         mine++;
     }
+    /* Once every chunk is claimed, the claim word is `end` (job_close sets
+     * it so too). Anything else means the job in our segment was
+     * overwritten: a chunk index beyond the job, or a count that ended the
+     * claims early. The peer is broken then; its counts are not to be
+     * trusted (waiting for them could last as long as it lives), and
+     * waiting would protect nothing: a peer that may attach to our memory
+     * can write into it anyway. */
+    if (atomic_load_explicit(&job->claim, memory_order_acquire) != end) return -EPROTO;
     /* Wait for the chunks the peer is copying: after we return it must not
      * write into dst any more (the core may hand the buffer elsewhere). */
     for (unsigned spins = 1;

@@ -65,8 +65,9 @@ typedef struct shm_job {
  * it helps. Returns when no chunk is in flight
  * any more (the peer no longer writes into dst), 0 or -errno. While it
  * waits for the peer's last chunk it calls alive(arg) now and then; if that
- * returns 0 (the peer process is gone) it returns -ESRCH. *helped says
- * whether the peer copied any chunk. */
+ * returns 0 (the peer process is gone) it returns -ESRCH. -EPROTO: the job
+ * in our segment was overwritten (a broken peer; returned without waiting
+ * for it). *helped says whether the peer copied any chunk. */
 int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
                 size_t chunk_size, int (*alive)(void *arg), void *arg, int *helped);
 

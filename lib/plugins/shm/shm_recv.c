@@ -112,6 +112,10 @@ failed:
         pscom_con_transport_error(con, PSCOM_OP_READ, ESRCH);
         return -1;
     }
+    if (err == -EPROTO) { /* it wrote garbage into the copy job */
+        shm_protocol_error(sc, "copy job overwritten");
+        return -1;
+    }
     plog_dbg("%s: shm: process_vm_readv failed (%s); asking for the data through the ring",
              pscom_con_name(con), strerror(-err));
     sc->cma_local   = 0;
