@@ -190,12 +190,13 @@ static void breaker(ctl_t *ctl, int how)
     unsigned spins = 0;
     uint64_t c;
     while ((c = atomic_load(&ctl->job.claim)) == ctl->claim0 && !ctl->stop) spin(&spins);
+    if (ctl->stop) return; /* the receiver was done first */
     const unsigned ib = SHM_JOB_IDX_BITS;
     uint64_t gen      = c >> (2 * ib), n = (c >> ib) & SHM_JOB_MAX_CHUNKS;
     uint64_t cnt      = how == BREAK_INDEX ? SHM_JOB_MAX_CHUNKS : 1;
     uint64_t idx      = how == BREAK_INDEX ? n + 5 : 5;
     atomic_store(&ctl->job.claim, gen << (2 * ib) | cnt << ib | idx);
-    while (!ctl->stop) spin(&spins);
+    while (!ctl->stop) spin(&spins); /* its memory is the source */
 }
 
 /* Rounds with a breaking helper until one breaks the job before the
