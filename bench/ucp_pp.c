@@ -58,10 +58,10 @@ static ucs_status_ptr_t post_recv(void *buf, size_t len)
     return ucp_tag_recv_nbx(worker, buf, len, TAG, (ucp_tag_t)-1, &p);
 }
 
-static void send_msg(void *buf, size_t len)
+static ucs_status_ptr_t post_send(void *buf, size_t len)
 {
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.send = send_cb};
-    wait_req(ucp_tag_send_nbx(ep, buf, len, TAG, &p), "send");
+    return ucp_tag_send_nbx(ep, buf, len, TAG, &p);
 }
 
 static void xfer(int fd, void *buf, size_t len, int out)
@@ -145,7 +145,7 @@ int main(int argc, char **argv)
         if (i == 0) clock_gettime(CLOCK_MONOTONIC, &t0);
         if (pong) {
             wait_req(post_recv(buf, size), "recv");
-            send_msg(sbuf, size);
+            wait_req(post_send(sbuf, size), "send");
         } else {
             /* the send first, then the receive for the reply, as
              * ucx_perftest and pscom_pp do: the receive posted first put
@@ -154,10 +154,8 @@ int main(int argc, char **argv)
              * tag_lat at 8 B where the host is fast (2026-11-27). The
              * reply's data cannot come before the peer has all of this
              * message, so even in one buffer the two never overlap. */
-            ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
-                                     .cb.send      = send_cb};
-            ucs_status_ptr_t s    = ucp_tag_send_nbx(ep, sbuf, size, TAG, &p);
-            ucs_status_ptr_t r    = post_recv(buf, size);
+            ucs_status_ptr_t s = post_send(sbuf, size);
+            ucs_status_ptr_t r = post_recv(buf, size);
             wait_req(s, "send");
             wait_req(r, "recv");
         }

@@ -99,9 +99,9 @@ static int thp_on_advice(void)
  * them. On this VM the first touch of a 4 KiB page costs about 8 us: 4 GiB
  * page by page take 8-12 s per buffer (MAP_POPULATE, used until
  * 2026-11-27, did not spare the first write its cost here: 0.5 s + 8.9 s).
- * With MADV_HUGEPAGE the
- * first touch is one fault per 2 MiB: 0.4-1 s for 4 GiB. Without THP the
- * pages are populated at once instead (MADV_POPULATE_WRITE, Linux 5.14). */
+ * With MADV_HUGEPAGE the first touch is one fault per 2 MiB: 0.4-1 s for
+ * 4 GiB. Without THP the pages are populated at once instead
+ * (MADV_POPULATE_WRITE, Linux 5.14). */
 static unsigned char *huge_alloc(void)
 {
     void *p = mmap(NULL, HUGE_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

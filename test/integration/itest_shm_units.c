@@ -191,11 +191,10 @@ static void breaker(ctl_t *ctl, int how)
     uint64_t c;
     while ((c = atomic_load(&ctl->job.claim)) == ctl->claim0 && !ctl->stop) spin(&spins);
     if (ctl->stop) return; /* the receiver was done first */
-    const unsigned ib = SHM_JOB_IDX_BITS;
-    uint64_t gen      = c >> (2 * ib), n = (c >> ib) & SHM_JOB_MAX_CHUNKS;
-    uint64_t cnt      = how == BREAK_INDEX ? SHM_JOB_MAX_CHUNKS : 1;
-    uint64_t idx      = how == BREAK_INDEX ? n + 5 : 5;
-    atomic_store(&ctl->job.claim, gen << (2 * ib) | cnt << ib | idx);
+    uint64_t n   = shm_job_claim_count(c);
+    uint64_t cnt = how == BREAK_INDEX ? SHM_JOB_MAX_CHUNKS : 1;
+    uint64_t idx = how == BREAK_INDEX ? n + 5 : 5;
+    atomic_store(&ctl->job.claim, shm_job_claim_word(shm_job_claim_gen(c), cnt, idx));
     while (!ctl->stop) spin(&spins); /* its memory is the source */
 }
 

@@ -50,19 +50,13 @@ int shm_cma_probe(pid_t pid, uint64_t addr, const void *expect, size_t len)
 
 #include <sched.h>
 
-#define IDX_MASK  ((uint64_t)SHM_JOB_MAX_CHUNKS)
-#define GEN_SHIFT (2 * SHM_JOB_IDX_BITS)
+#define IDX_MASK ((uint64_t)SHM_JOB_MAX_CHUNKS)
 
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
-}
-
-static uint64_t claim_word(uint64_t gen, uint64_t n, uint64_t idx)
-{
-    return gen << GEN_SHIFT | n << SHM_JOB_IDX_BITS | idx;
 }
 
 uint64_t shm_job_chunk_size(uint64_t len)
@@ -75,12 +69,12 @@ uint64_t shm_job_chunk_size(uint64_t len)
 }
 
 /* Opens a job of n = ceil(len / chunk) chunks; returns its claim word
- * once all are claimed: claim_word(gen, n, n). */
+ * once all are claimed: shm_job_claim_word(gen, n, n). */
 static uint64_t job_open(shm_job_t *job, uint64_t dst, uint64_t src, uint64_t len,
                          uint64_t chunk)
 {
     uint64_t old = atomic_load_explicit(&job->claim, memory_order_relaxed);
-    uint64_t gen = ((old >> GEN_SHIFT) + 1) & 0xffffff;
+    uint64_t gen = (shm_job_claim_gen(old) + 1) & 0xffffff;
     uint64_t n   = (len + chunk - 1) / chunk;
     atomic_store_explicit(&job->dst, dst, memory_order_relaxed);
     atomic_store_explicit(&job->src, src, memory_order_relaxed);
@@ -88,8 +82,8 @@ static uint64_t job_open(shm_job_t *job, uint64_t dst, uint64_t src, uint64_t le
     atomic_store_explicit(&job->chunk, chunk, memory_order_relaxed);
     atomic_store_explicit(&job->done, 0, memory_order_relaxed);
     atomic_store_explicit(&job->redo, 0, memory_order_relaxed);
-    atomic_store_explicit(&job->claim, claim_word(gen, n, 0), memory_order_release);
-    return claim_word(gen, n, n);
+    atomic_store_explicit(&job->claim, shm_job_claim_word(gen, n, 0), memory_order_release);
+    return shm_job_claim_word(gen, n, n);
 }
 
 /* Claim the next chunk: its index, or -1 if none is left. */
@@ -97,7 +91,7 @@ static int64_t job_claim(shm_job_t *job)
 {
     uint64_t c = atomic_load_explicit(&job->claim, memory_order_acquire);
     for (;;) {
-        uint64_t n   = (c >> SHM_JOB_IDX_BITS) & IDX_MASK;
+        uint64_t n   = shm_job_claim_count(c);
         uint64_t idx = c & IDX_MASK;
         if (idx >= n) return -1;
         if (atomic_compare_exchange_weak_explicit(&job->claim, &c, c + 1, memory_order_acquire,
@@ -111,7 +105,7 @@ static uint64_t job_close(shm_job_t *job)
 {
     uint64_t c = atomic_load_explicit(&job->claim, memory_order_relaxed);
     for (;;) {
-        uint64_t n   = (c >> SHM_JOB_IDX_BITS) & IDX_MASK;
+        uint64_t n   = shm_job_claim_count(c);
         uint64_t idx = c & IDX_MASK;
         if (idx >= n) return n;
         if (atomic_compare_exchange_weak_explicit(&job->claim, &c, (c & ~IDX_MASK) | n,
@@ -165,7 +159,7 @@ int shm_job_run(shm_job_t *job, pid_t peer, void *dst, uint64_t src, size_t len,
     if (len <= chunk) return shm_cma_read(peer, dst, src, len); /* nothing to share */
 
     uint64_t end  = job_open(job, (uint64_t)(uintptr_t)dst, src, len, chunk);
-    uint64_t n    = (end >> SHM_JOB_IDX_BITS) & IDX_MASK;
+    uint64_t n    = shm_job_claim_count(end);
     uint64_t mine = 0, mine_failed = 0;
     int err       = 0;
     int64_t idx;

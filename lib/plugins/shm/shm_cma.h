@@ -48,6 +48,20 @@ int shm_cma_write(pid_t pid, const void *src, uint64_t dst, size_t len);
 #define SHM_JOB_IDX_BITS 20
 #define SHM_JOB_MAX_CHUNKS ((1u << SHM_JOB_IDX_BITS) - 1)
 
+/* the claim word's fields (see above) */
+static inline uint64_t shm_job_claim_word(uint64_t gen, uint64_t n, uint64_t idx)
+{
+    return gen << (2 * SHM_JOB_IDX_BITS) | n << SHM_JOB_IDX_BITS | idx;
+}
+static inline uint64_t shm_job_claim_gen(uint64_t c)
+{
+    return c >> (2 * SHM_JOB_IDX_BITS);
+}
+static inline uint64_t shm_job_claim_count(uint64_t c)
+{
+    return (c >> SHM_JOB_IDX_BITS) & SHM_JOB_MAX_CHUNKS;
+}
+
 typedef struct shm_job {
     /* parameters of the current generation (written by the receiver) */
     _Alignas(64) _Atomic uint64_t dst; /* receiver's address of chunk 0 */
