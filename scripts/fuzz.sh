@@ -2,15 +2,16 @@
 # Fuzz what a peer can send (test/fuzz) with libFuzzer, under
 # AddressSanitizer and UndefinedBehaviorSanitizer, for FUZZ_TIME seconds
 # (default 300). The ctest tests fuzz_stream, fuzz_precon, fuzz_connect,
-# fuzz_ondemand and fuzz_shm run the same targets on a fixed set of
-# generated inputs; this explores further.
+# fuzz_ondemand, fuzz_shm and fuzz_ucp run the same targets on a fixed set
+# of generated inputs; this explores further.
 #
 #   scripts/fuzz.sh [TARGET]            build (clang) into build/fuzz and fuzz
 #   scripts/fuzz.sh TARGET FILE...      replay inputs (e.g. a saved crash)
 #
 # TARGET: stream (default; the receive side of a connection), precon (the
 # accept side of the handshake), connect (its connect side), ondemand (the
-# on-demand part of the accept side) or shm (any packets in an shm ring).
+# on-demand part of the accept side), shm (any packets in an shm ring) or
+# ucp (any UCX messages to a ucp connection; needs UCX, libucx-dev).
 # The corpus grows in build/fuzz/corpus-TARGET (seeded with 500 generated inputs),
 # crashes are saved as build/fuzz/crash-*. Extra libFuzzer options:
 # FUZZ_ARGS (e.g. "-jobs=2 -workers=2").
@@ -20,9 +21,9 @@ cd "$(dirname "$0")/.."
 target=${1:-stream}
 [ $# -gt 0 ] && shift
 case $target in
-stream | precon | connect | ondemand | shm) ;;
+stream | precon | connect | ondemand | shm | ucp) ;;
 *)
-  echo "fuzz.sh: unknown target '$target' (stream, precon, connect, ondemand, shm)" >&2
+  echo "fuzz.sh: unknown target '$target' (stream, precon, connect, ondemand, shm, ucp)" >&2
   exit 2
   ;;
 esac
@@ -33,6 +34,12 @@ build=build/fuzz
 CC=clang BUILD_DIR=$build SETUP_TARGETS="fuzz_$target fuzz_${target}_libfuzzer" scripts/setup.sh \
   -DPSCOM_FUZZ=ON -DPSCOM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DPSCOM_WERROR=ON
 bin=$PWD/$build/test/fuzz/fuzz_$target
+if [ "$target" = ucp ]; then
+  # as for the ucp tests (test/integration/CMakeLists.txt): LeakSanitizer
+  # and the dynamic TLS of UCX's dlopen()ed transports
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}intercept_tls_get_addr=0:fast_unwind_on_malloc=0"
+  export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$PWD/test/integration/ucp_lsan.supp"
+fi
 if [ $# -gt 0 ]; then
   exec "${bin}_libfuzzer" "$@"
 fi

@@ -65,6 +65,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz_bytes.h"
 #include "fuzz_driver.h" /* FUZZ_CHECK */
 #include "fuzz_tcp.h"
 #include "pscom.h"
@@ -116,38 +117,7 @@ static void *guard_ring(shm_con_t *sc)
 
 /* ---- the input ------------------------------------------------------------------- */
 
-typedef struct {
-    const uint8_t *p;
-    size_t left;
-} fuzz_in_t;
-
-static uint8_t in_byte(fuzz_in_t *in)
-{
-    if (!in->left) return 0;
-    in->left--;
-    return *in->p++;
-}
-
-static void in_bytes(fuzz_in_t *in, void *dst, size_t n)
-{
-    size_t k = n < in->left ? n : in->left;
-    memcpy(dst, in->p, k);
-    memset((char *)dst + k, 0, n - k);
-    in->p += k;
-    in->left -= k;
-}
-
-static uint32_t in_u16(fuzz_in_t *in)
-{
-    uint32_t lo = in_byte(in);
-    return lo | (uint32_t)in_byte(in) << 8;
-}
-
-static uint32_t in_u32(fuzz_in_t *in)
-{
-    uint32_t lo = in_u16(in);
-    return lo | in_u16(in) << 16;
-}
+/* fuzz_in_t, in_byte() ... in_u32(): fuzz_bytes.h */
 
 /* ---- writing as the client -------------------------------------------------------- */
 

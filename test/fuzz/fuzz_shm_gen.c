@@ -9,6 +9,7 @@
  */
 #include <string.h>
 
+#include "fuzz_bytes.h"
 #include "fuzz_driver.h"
 #include "fuzz_shm.h"
 
@@ -17,36 +18,6 @@
 const long fuzz_target_runs = 2000;
 
 #define RING 16384u /* PSP_SHM_RING_SIZE of the target */
-
-typedef struct {
-    unsigned char *p;
-    size_t len, room;
-} gen_t;
-
-static void put(gen_t *g, const void *src, size_t n)
-{
-    if (g->len + n > g->room) n = g->room - g->len;
-    memcpy(g->p + g->len, src, n);
-    g->len += n;
-}
-
-static void put8(gen_t *g, unsigned v)
-{
-    unsigned char b = (unsigned char)v;
-    put(g, &b, 1);
-}
-
-static void put16(gen_t *g, unsigned v)
-{
-    put8(g, v & 0xff);
-    put8(g, v >> 8);
-}
-
-static void put32(gen_t *g, uint32_t v)
-{
-    put16(g, v & 0xffff);
-    put16(g, v >> 16);
-}
 
 /* a MSG packet: a USER message of dlen data bytes (byte i of it: fill + i),
  * no xheader, gap bytes between head and data; len = 8 + gap + dlen */

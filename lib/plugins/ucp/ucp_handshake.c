@@ -179,6 +179,7 @@ static int ep_create(ucp_con_t *uc, const void *addr, size_t addr_len)
         uc->ep = NULL;
         return -1;
     }
+    uc->ep_peer_mode = p.err_mode == UCP_ERR_HANDLING_MODE_PEER;
     /* a connection to our own worker: UCX's "self" delivers a message at
      * once, inside the send (see send_one) */
     uc->self_peer = addr_len == ucp_g.addr_len && !memcmp(addr, ucp_g.addr, addr_len);
@@ -283,7 +284,16 @@ static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
     ucp_req_release(request);
 }
 
-static void ep_close(ucp_con_t *uc, int force)
+/* After an error (force), the endpoint's outstanding operations are
+ * cancelled (UCP_EP_CLOSE_FLAG_FORCE): a dead peer never ends a
+ * rendezvous, and a flush would wait for it until exit. UCX 1.13 allows
+ * that on endpoints of error handling mode PEER only; on others it works
+ * but keeps resources (over shared memory, mappings of the peer's
+ * segments: 30 KB of memory and 760 KB of address space per connection,
+ * found by fuzz_ucp). So an endpoint of mode NONE with nothing of ours
+ * outstanding (busy: a send, or a DATA receive, in flight) is closed with
+ * a flush, as after a graceful close, which ends at once then. */
+static void ep_close(ucp_con_t *uc, int force, int busy)
 {
     ucp_ep_h ep = uc->ep;
     if (!ep) return;
@@ -291,7 +301,7 @@ static void ep_close(ucp_con_t *uc, int force)
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
         .cb.send      = ep_close_cb,
-        .flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+        .flags        = force && (uc->ep_peer_mode || busy) ? UCP_EP_CLOSE_FLAG_FORCE : 0,
     };
     ucs_status_ptr_t st = ucp_ep_close_nbx(ep, &p);
     if (UCS_PTR_IS_PTR(st)) {
@@ -390,8 +400,20 @@ void ucp_sock_poll(ucp_con_t *uc)
         plog_dbg("%s: ucp: peer process gone (handshake socket closed without goodbye)",
                  pscom_con_name(uc->con));
         uc->sock_dead = 1;
-        ucp_failed(uc);
+    } else {
+        /* its last messages may still be on their way: the stream must
+         * end soon (ucp_con_check_failed) */
+        uc->bye_eof   = 1;
+        uc->bye_t0_us = ucp_now_us();
     }
+    ucp_failed(uc);
+}
+
+/* Only the peer's goodbye: has the stream had the time to end? */
+static int bye_grace_over(ucp_con_t *uc)
+{
+    if (++uc->bye_checks < UCP_BYE_GRACE_CHECKS) return 0;
+    return ucp_now_us() - uc->bye_t0_us >= UCP_BYE_GRACE_US;
 }
 
 int ucp_con_start(pscom_con_t *con, int *fd)
@@ -420,9 +442,10 @@ int ucp_con_start(pscom_con_t *con, int *fd)
 /* Everything of the connection except the socket. */
 static void con_teardown(ucp_con_t *uc, int force)
 {
+    int busy = uc->tx_pending || (uc->rx_req && uc->rx_req->type == UCP_REQ_DATA);
     wiring_end(uc);
     ucp_rx_close(uc);
-    ep_close(uc, force);
+    ep_close(uc, force, busy);
     ucp_rx_close_end(uc);
     ucp_g.must_probe = 1; /* the worker may have been progressed meanwhile */
     uc->closed = 1;
@@ -468,7 +491,15 @@ int ucp_con_check_failed(ucp_con_t *uc)
 {
     if (uc->closed || uc->error_reported) return 1;
     if (!uc->started) return 0; /* reported once started */
-    if (!uc->tx_failed && !uc->rx_failed) {
+    if (uc->bye_eof && !uc->ep_failed && !uc->sock_dead && !uc->tx_failed && !uc->rx_failed) {
+        /* the peer closed gracefully, and our side has not seen the end
+         * of its messages (else the close would have come): wait for the
+         * rest, but not forever (a peer that sent a HEAD without its
+         * DATA, say) */
+        if (!bye_grace_over(uc)) return 0;
+        plog_err("%s: ucp: protocol error: the peer closed without the end of its messages",
+                 pscom_con_name(uc->con));
+    } else if (!uc->tx_failed && !uc->rx_failed) {
         /* first take what the peer sent before it went away */
         ucp_tag_recv_info_t info;
         ucp_req_t *r = uc->rx_req && uc->rx_req->type != UCP_REQ_PREPOST ? uc->rx_req : NULL;
@@ -479,8 +510,9 @@ int ucp_con_check_failed(ucp_con_t *uc)
             return 0;
         }
     }
-    plog_dbg("%s: ucp: connection failed (%s%s%s%s)", pscom_con_name(uc->con),
+    plog_dbg("%s: ucp: connection failed (%s%s%s%s%s)", pscom_con_name(uc->con),
              uc->ep_failed ? "endpoint error " : "", uc->sock_dead ? "peer gone " : "",
+             uc->bye_eof ? "peer closed " : "",
              uc->tx_failed ? "send failed " : "", uc->rx_failed ? "receive failed" : "");
     uc->error_reported = 1;
     pscom_con_transport_error(uc->con, PSCOM_OP_READ, ECONNRESET);

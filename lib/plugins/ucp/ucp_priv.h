@@ -132,6 +132,7 @@ typedef struct ucp_con {
     unsigned ep_failed : 1;  /* UCX reported an error on the endpoint */
     unsigned sock_dead : 1;  /* handshake socket EOF without goodbye */
     unsigned bye_seen : 1;   /* peer closed gracefully (goodbye byte) */
+    unsigned bye_eof : 1;    /* ... and its handshake socket is closed (bye_t0_us) */
     unsigned tx_busy : 1;    /* in ucp_tx_progress (re-entrancy guard) */
     unsigned tx_again : 1;
     unsigned tx_failed : 1;
@@ -141,12 +142,15 @@ typedef struct ucp_con {
     unsigned prepost_now : 1; /* in the poller's pre-post pass */
     unsigned self_peer : 1;   /* the peer is our own worker (UCX "self"): a send may
                                * put a message into our unexpected queue at once */
+    unsigned ep_peer_mode : 1; /* ep created with UCP_ERR_HANDLING_MODE_PEER */
     pscom_list_t dirty_next; /* in ucp_g.dirty: work for the poller */
     pscom_list_t fail_next;  /* in ucp_g.failed: a failure to report */
     pscom_list_t prepost_next; /* in ucp_g.prepost: idle, post the next receive */
     pscom_list_t wiring_next;  /* in ucp_g.wiring: the handshake waits for the wire-up */
     struct ucp_req *wire_req;  /* ... its ucp_ep_flush_nbx */
     uint64_t wire_t0_us;       /* ... posted then */
+    uint64_t bye_t0_us;        /* bye_eof: since then (ucp_con_check_failed) */
+    unsigned bye_checks;       /* ... checks of the poller since then */
 
     pscom_ufd_t sock; /* the handshake socket: death detector */
 
@@ -344,6 +348,13 @@ void ucp_rx_preposts(void);
 void ucp_rx_close(ucp_con_t *uc);
 void ucp_rx_close_end(ucp_con_t *uc);
 #define UCP_RX_DRAIN_US 100000
+/* A peer that closed gracefully (goodbye byte, then its handshake socket
+ * closed) sent the rest of its messages, and the EOF last, before it: they
+ * may still be on their way (over tcp). If the stream has not ended after
+ * this long and as many of the poller's passes, it never will: the
+ * connection fails (ucp_con_check_failed). */
+#define UCP_BYE_GRACE_US     100000
+#define UCP_BYE_GRACE_CHECKS 1000
 /* receive and drop a message */
 void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
 extern const ucp_generic_dt_ops_t ucp_partial_ops;
