@@ -25,6 +25,13 @@
  *   data_as_msg  with the tag kind of a MSG
  *   rndv_short   a DATA of RNDV_LEN bytes (UCX's rendezvous) one byte
  *                shorter than announced
+ *   data_dropped no DATA at all (the send returns as if done); nothing
+ *                tells the server, whose receive waits. The server closes
+ *                the connection: the client answers its EOF and closes
+ *                gracefully (goodbye byte), its own EOF stuck behind the
+ *                missing DATA. The server's side must still end, after a
+ *                bound (lib/plugins/ucp/README.md, *Errors*), with the
+ *                receive failed; before 2026-11-28 it stayed open.
  *
  * Each time the server's pending receive must end with an error and
  * con_error must be reported for that connection (never a hang, never
@@ -67,6 +74,7 @@ enum mode {
     DATA_LONG,
     DATA_AS_MSG,
     RNDV_SHORT,
+    DATA_DROPPED,
 };
 
 static volatile enum mode arm; /* the next MSG (or DATA) goes out broken */
@@ -88,6 +96,11 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
     TU_ASSERT_NOT_NULL((void *)real);
     if (arm == NONE || ucpt_kind(tag) != (arm >= DATA_SHORT ? UCPT_DATA : UCPT_MSG))
         return real(ep, buffer, count, tag, param);
+    if (arm == DATA_DROPPED) { /* as if sent at once */
+        arm = NONE;
+        corrupted++;
+        return UCS_STATUS_PTR(UCS_OK);
+    }
 
     TU_ASSERT(count >= PSCOM_WIRE_HEADER_SIZE);
     TU_ASSERT(!(param->op_attr_mask & UCP_OP_ATTR_FIELD_DATATYPE)); /* bytes */
@@ -112,6 +125,7 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
     case RNDV_SHORT: count--; break;
     case DATA_LONG: count++; break;
     case DATA_AS_MSG: tag = ucpt_make(id, UCPT_MSG, seq); break;
+    case DATA_DROPPED:
     case NONE: break;
     }
     ucs_status_ptr_t st = real(ep, copy, count, tag, param);
@@ -137,14 +151,15 @@ static void on_con_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err
 #define CLOSE_ERROR    "ucp: close (after an error)"
 #define CLOSE_GRACEFUL "ucp: close (graceful)"
 
-/* Until the connection just closed has been closed gracefully: then the
- * log holds the whole story of both connections. */
-static void log_check_end(void)
+/* Until the connection just closed has been closed gracefully (the
+ * graceful-th such close): then the log holds the whole story of both
+ * connections, errors closes after an error among them. */
+static void log_check_end(int graceful, int errors)
 {
     tu_step("waiting for the log line '%s'", CLOSE_GRACEFUL);
-    while (tu_log_file_count(CLOSE_GRACEFUL) < 1) pscom_wait_any();
-    TU_ASSERT_EQ(tu_log_file_count(CLOSE_GRACEFUL), 1);
-    TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), 1);
+    while (tu_log_file_count(CLOSE_GRACEFUL) < graceful) pscom_wait_any();
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_GRACEFUL), graceful);
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), errors);
     char *text = tu_log_file_text();
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         if (strstr(line, "error") || strstr(line, "ucp: receive")) tu_log("log: %s", line);
@@ -181,15 +196,16 @@ static int server(tu_ctx_t *ctx)
     static unsigned char buf[DATA_MAX];
     memset(buf, 0xee, sizeof(buf));
     pscom_request_t *req = tu_post_recv(cons[1], buf, sizeof(buf), 16);
+    if (run_mode == DATA_DROPPED) pscom_close_connection(cons[1]); /* ends it, see above */
     expect_failed(req, "server");
     /* nothing delivered in place of a broken MSG (a DATA goes straight
      * into the buffer, and may have arrived in part) */
     if (run_mode < DATA_SHORT) TU_ASSERT_BYTES(buf, sizeof(buf), 0xee);
-    while (failed_con != cons[1])
+    while (run_mode != DATA_DROPPED && failed_con != cons[1])
         pscom_wait_any();
     TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), 1);
     TU_ASSERT_EQ(tu_log_file_count(CLOSE_GRACEFUL), 0);
-    pscom_close_connection(cons[1]);
+    if (run_mode != DATA_DROPPED) pscom_close_connection(cons[1]);
 
     /* the client comes back: echo over the new connection */
     tu_server_accept_all(ctx, sock, cons);
@@ -199,7 +215,7 @@ static int server(tu_ctx_t *ctx)
     pscom_send(cons[1], &tag, sizeof(tag), buf, MSG_LEN);
     tu_wait_tag(cons[1], NULL, TAG_MSG); /* the client has its echo */
     pscom_close_connection(cons[1]);
-    log_check_end();
+    log_check_end(1, 1);
     pscom_close_socket(sock);
     return 0;
 }
@@ -212,6 +228,7 @@ static int client(tu_ctx_t *ctx)
     pscom_connection_t *con = tu_client_connect(ctx, sock);
 
     size_t len          = mode == RNDV_SHORT ? RNDV_LEN : mode >= DATA_SHORT ? BIG_LEN : MSG_LEN;
+    int dropped         = mode == DATA_DROPPED; /* our side closes gracefully */
     unsigned char *data = tu_malloc(len);
     tu_fill(data, len, 4);
     uint32_t tag = TAG_MSG;
@@ -230,10 +247,10 @@ static int client(tu_ctx_t *ctx)
     /* the server gives up on the connection: so do we */
     unsigned char buf[MSG_LEN];
     expect_failed(tu_post_recv(con, buf, sizeof(buf), 16), "client");
-    while (failed_con != con)
+    while (failed_con != con || tu_log_file_count(CLOSE_GRACEFUL) < dropped)
         pscom_wait_any();
-    TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), 1);
-    TU_ASSERT_EQ(tu_log_file_count(CLOSE_GRACEFUL), 0);
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), !dropped);
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_GRACEFUL), dropped);
     pscom_close_connection(con);
 
     con = tu_client_connect(ctx, sock);
@@ -245,7 +262,7 @@ static int client(tu_ctx_t *ctx)
     TU_ASSERT_PATTERN(buf, sizeof(buf), 5);
     tu_send_tag(con, TAG_MSG);
     pscom_close_connection(con);
-    log_check_end();
+    log_check_end(1 + dropped, !dropped);
     pscom_close_socket(sock);
     free(data);
     return 0;
@@ -259,10 +276,11 @@ int main(int argc, char **argv)
         [BAD_TYPE] = "ucp_garbage_bad_type",     [FOREIGN_ID] = "ucp_garbage_foreign_id",
         [DATA_SHORT] = "ucp_garbage_data_short", [DATA_LONG] = "ucp_garbage_data_long",
         [DATA_AS_MSG] = "ucp_garbage_data_as_msg", [RNDV_SHORT] = "ucp_garbage_rndv_short",
+        [DATA_DROPPED] = "ucp_garbage_data_dropped",
     };
     /* every process logs its close decisions into a file of its own */
     tu_log_files("itest_ucp_garbage", 4);
-    for (run_mode = SEQ_GAP; run_mode <= RNDV_SHORT; run_mode++) {
+    for (run_mode = SEQ_GAP; run_mode <= DATA_DROPPED; run_mode++) {
         if (argc > 1 && strcmp(argv[1], names[run_mode])) continue; /* one case only */
         if (tu_run(names[run_mode], 1, server, client, NULL)) return 1;
     }
