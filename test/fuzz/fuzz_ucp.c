@@ -11,10 +11,12 @@
  * input's messages with ucp_tag_send_nbx() on the client's endpoint, as
  * the client's plugin would (its sequence number moves on where the
  * message takes the next one). Both connections share the process's one
- * UCX worker: UCX's "self" transport delivers a message inside the send
- * call, so the server meets it in UCX's unexpected queue or completes its
- * pre-posted receive there. UCX_RNDV_THRESH=inf keeps every message
- * eager (a rendezvous send the server never takes would stay pending).
+ * UCX worker; UCX builds its endpoint to itself over shared memory (posix,
+ * with the default UCX_TLS=posix,cma,self here): a message waits in the
+ * worker's FIFO until the next progress, as one from another process
+ * would (UCX_TLS=tcp UCX_NET_DEVICES=lo works too). UCX_RNDV_THRESH=inf
+ * keeps every message eager (a rendezvous send the server never takes
+ * would stay pending).
  *
  * One input is two bytes of set-up and the ops:
  *
@@ -167,8 +169,8 @@ static void raw_send(run_t *r, uint64_t id, unsigned kind, uint32_t seq, size_t 
 {
     const ucp_request_param_t prm = {.op_attr_mask = 0};
     ucs_status_ptr_t st = ucp_tag_send_nbx(r->cli->ep, raw, len, ucpt_make(id, kind, seq), &prm);
-    /* over "self" the message may be in the server's unexpected queue
-     * already: what the client's plugin tells its poller after a send */
+    /* what the client's plugin tells the poller after a send to its own
+     * worker (self_peer): the message may be in the unexpected queue */
     ucp_g.must_probe = 1;
     if (!UCS_PTR_IS_PTR(st)) return;
     if (r->nraw == MAX_RAW) {
