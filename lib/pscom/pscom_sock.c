@@ -341,11 +341,14 @@ PSCOM_API pscom_socket_t *pscom_open_socket(size_t userdata_size, size_t connect
                                             int local_rank, uint64_t socket_flags)
 {
     uint64_t kind = socket_flags & (PSCOM_SOCK_FLAG_INTRA_JOB | PSCOM_SOCK_FLAG_INTER_JOB);
+    pscom_ensure_init();
     if (kind != PSCOM_SOCK_FLAG_INTRA_JOB && kind != PSCOM_SOCK_FLAG_INTER_JOB) {
+        plog_err("pscom_open_socket: socket_flags %#llx: exactly one of PSCOM_SOCK_FLAG_INTRA_JOB "
+                 "and PSCOM_SOCK_FLAG_INTER_JOB must be set",
+                 (unsigned long long)socket_flags);
         errno = EINVAL;
         return NULL;
     }
-    pscom_ensure_init();
     pscom_lock();
     pscom_sock_t *sock = NULL;
     if (kind == PSCOM_SOCK_FLAG_INTRA_JOB && pscom.intra_job_socket) {

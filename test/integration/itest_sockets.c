@@ -7,7 +7,8 @@
  *    rounded), max_xheader_len rounded up to 8 and at least 32, data/
  *    connection/socket/ops cleared, user_size set, user just past the
  *    xheader area (and writable);
- *  - pscom_open_socket: no flag or both flags -> NULL; a second INTRA_JOB
+ *  - pscom_open_socket: no flag or both flags -> NULL, EINVAL and one
+ *    error line that names the rule; a second INTRA_JOB
  *    socket -> NULL; defaults: not listening (-1), ops NULL, rank,
  *    userdata sizes, name "p<pid>" (8 bytes max); set_name truncates to
  *    8; connection userdata size; con-type mask all/only/add/del/is_set/
@@ -28,6 +29,7 @@
  */
 #include "pscom_testutil.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,9 +77,17 @@ static void check_request_defaults(void)
 
 static void check_open_socket_rules(void)
 {
+    /* refused with EINVAL and one error line each, which names the rule */
+    tu_capture_begin();
+    errno = 0;
     TU_ASSERT_NULL(pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, 0));
+    TU_ASSERT_EQ(errno, EINVAL);
     TU_ASSERT_NULL(pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED,
                                      PSCOM_SOCK_FLAG_INTRA_JOB | PSCOM_SOCK_FLAG_INTER_JOB));
+    char *said = tu_capture_end();
+    TU_ASSERT_EQ(tu_count(said, "exactly one of PSCOM_SOCK_FLAG_INTRA_JOB and "
+                                "PSCOM_SOCK_FLAG_INTER_JOB must be set"), 2);
+    free(said);
     pscom_socket_t *intra = pscom_open_socket(0, 0, 3, PSCOM_SOCK_FLAG_INTRA_JOB);
     TU_ASSERT_NOT_NULL(intra);
     TU_ASSERT_NULL(pscom_open_socket(0, 0, 3, PSCOM_SOCK_FLAG_INTRA_JOB));
