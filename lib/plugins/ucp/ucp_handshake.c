@@ -442,7 +442,8 @@ int ucp_con_start(pscom_con_t *con, int *fd)
 /* Everything of the connection except the socket. */
 static void con_teardown(ucp_con_t *uc, int force)
 {
-    int busy = uc->tx_pending || (uc->rx_req && uc->rx_req->type == UCP_REQ_DATA);
+    int busy = uc->tx_pending ||
+               (uc->rx_req && uc->rx_req->type == UCP_REQ_DATA && !uc->rx_req->completed);
     wiring_end(uc);
     ucp_rx_close(uc);
     ep_close(uc, force, busy);
