@@ -224,17 +224,6 @@ static int put_packet(fuzz_in_t *in, shm_con_t *cli, shm_con_t *srv)
     }
 }
 
-/* Progress until neither socket holds a connection: 1 if that came within
- * passes. */
-static int settled(unsigned passes)
-{
-    for (unsigned i = 0; i < passes; i++) {
-        if (fuzz_tcp_no_connection(server) && fuzz_tcp_no_connection(client)) return 1;
-        pscom_test_any();
-    }
-    return 0;
-}
-
 /* k / 8 of the ring, less a line, in packets of PAD messages (the core
  * drops them): 64 bytes each (8 of header, 56 of data), the last 48 */
 static void fill_ring(shm_con_t *cli, shm_con_t *srv, unsigned k)
@@ -329,12 +318,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * everything ends. */
     pscom_close_connection(c);
     pscom_close_connection(s);
-    fuzz_shm_last.peer_died = !settled(FUZZ_SHM_CLOSE_PASSES);
+    fuzz_shm_last.peer_died = !fuzz_tcp_settled(server, client, FUZZ_SHM_CLOSE_PASSES);
     if (fuzz_shm_last.peer_died) {
         shutdown(peer_fd, SHUT_RDWR);
         /* its end is seen where the fds are polled: at once with a timeout
          * (a pass without one looks at them once per clock tick) */
-        for (unsigned i = 0; i < FUZZ_SHM_CLOSE_PASSES && !settled(1); i++) pscom_progress(1);
+        for (unsigned i = 0; i < FUZZ_SHM_CLOSE_PASSES && !fuzz_tcp_settled(server, client, 1);
+             i++)
+            pscom_progress(1);
     }
     close(peer_fd);
     fuzz_tcp_await_no_connection(server);

@@ -82,6 +82,15 @@ int fuzz_tcp_no_connection(pscom_socket_t *s)
     return pscom_list_empty(&pscom_sock_from_pub(s)->connections);
 }
 
+int fuzz_tcp_settled(pscom_socket_t *a, pscom_socket_t *b, unsigned passes)
+{
+    for (unsigned i = 0; i < passes; i++) {
+        if (fuzz_tcp_no_connection(a) && fuzz_tcp_no_connection(b)) return 1;
+        pscom_test_any();
+    }
+    return 0;
+}
+
 void fuzz_tcp_await_no_connection(pscom_socket_t *s)
 {
     for (unsigned passes = 0; !fuzz_tcp_no_connection(s); passes++) {

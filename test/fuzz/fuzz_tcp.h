@@ -38,6 +38,10 @@ pscom_request_t *fuzz_tcp_send_waiting(pscom_connection_t *c);
 /* Does s hold no connection at all (not even one in its handshake)? */
 int fuzz_tcp_no_connection(pscom_socket_t *s);
 
+/* Progress until neither a nor b holds a connection: 1 if that came
+ * within passes (each a pscom_test_any()), else 0. */
+int fuzz_tcp_settled(pscom_socket_t *a, pscom_socket_t *b, unsigned passes);
+
 /* Progress until s holds no connection at all, within FUZZ_TCP_PASSES
  * passes (else FUZZ_CHECK aborts). */
 void fuzz_tcp_await_no_connection(pscom_socket_t *s);

@@ -292,17 +292,6 @@ static void put_op(run_t *r, fuzz_in_t *in)
     }
 }
 
-/* Progress until neither socket holds a connection: 1 if that came within
- * passes. */
-static int settled(unsigned passes)
-{
-    for (unsigned i = 0; i < passes; i++) {
-        if (fuzz_tcp_no_connection(server) && fuzz_tcp_no_connection(client)) return 1;
-        pscom_test_any();
-    }
-    return 0;
-}
-
 static void connect_pair(run_t *r)
 {
     char ep[64];
@@ -376,14 +365,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * never gets (nor sends) the EOF: it dies. Then everything ends. */
     pscom_close_connection(r.c);
     pscom_close_connection(r.s);
-    fuzz_ucp_last.peer_died = !settled(FUZZ_UCP_CLOSE_PASSES);
+    fuzz_ucp_last.peer_died = !fuzz_tcp_settled(server, client, FUZZ_UCP_CLOSE_PASSES);
     if (fuzz_ucp_last.peer_died) {
         shutdown(peer_fd, SHUT_RDWR);
         /* Its end is seen where the fds are polled: at once with a timeout
          * (a pass without one looks at them once per clock tick). A peer
          * that said goodbye gets UCP_BYE_GRACE_US to deliver the rest. */
         uint64_t t0 = ucp_now_us();
-        while (!settled(1)) {
+        while (!fuzz_tcp_settled(server, client, 1)) {
             FUZZ_CHECK(ucp_now_us() - t0 < FUZZ_UCP_SETTLE_US && "closing leaves no connection");
             pscom_progress(1);
         }

@@ -284,16 +284,7 @@ static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
     ucp_req_release(request);
 }
 
-/* After an error (force), the endpoint's outstanding operations are
- * cancelled (UCP_EP_CLOSE_FLAG_FORCE): a dead peer never ends a
- * rendezvous, and a flush would wait for it until exit. UCX 1.13 allows
- * that on endpoints of error handling mode PEER only; on others it works
- * but keeps resources (over shared memory, mappings of the peer's
- * segments: 30 KB of memory and 760 KB of address space per connection,
- * found by fuzz_ucp). So an endpoint of mode NONE with nothing of ours
- * outstanding (busy: a send, or a DATA receive, in flight) is closed with
- * a flush, as after a graceful close, which ends at once then. */
-static void ep_close(ucp_con_t *uc, int force, int busy)
+static void ep_close(ucp_con_t *uc, int force)
 {
     ucp_ep_h ep = uc->ep;
     if (!ep) return;
@@ -301,7 +292,7 @@ static void ep_close(ucp_con_t *uc, int force, int busy)
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
         .cb.send      = ep_close_cb,
-        .flags        = force && (uc->ep_peer_mode || busy) ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+        .flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
     };
     ucs_status_ptr_t st = ucp_ep_close_nbx(ep, &p);
     if (UCS_PTR_IS_PTR(st)) {
@@ -442,11 +433,20 @@ int ucp_con_start(pscom_con_t *con, int *fd)
 /* Everything of the connection except the socket. */
 static void con_teardown(ucp_con_t *uc, int force)
 {
+    /* After an error (force), the endpoint's outstanding operations are
+     * cancelled (UCP_EP_CLOSE_FLAG_FORCE): a dead peer never ends a
+     * transfer, and a flush would wait for it until exit. UCX 1.13 allows
+     * that on endpoints of error handling mode PEER only; on others it
+     * works but keeps resources (over shared memory, mappings of the
+     * peer's segments: 30 KB of memory and 760 KB of address space per
+     * connection, found by fuzz_ucp). So an endpoint of mode NONE with no
+     * send or DATA receive of ours in flight is closed with a flush, as
+     * after a graceful close, which ends at once then. */
     int busy = uc->tx_pending ||
                (uc->rx_req && uc->rx_req->type == UCP_REQ_DATA && !uc->rx_req->completed);
     wiring_end(uc);
     ucp_rx_close(uc);
-    ep_close(uc, force, busy);
+    ep_close(uc, force && (uc->ep_peer_mode || busy));
     ucp_rx_close_end(uc);
     ucp_g.must_probe = 1; /* the worker may have been progressed meanwhile */
     uc->closed = 1;
