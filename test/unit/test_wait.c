@@ -9,11 +9,14 @@
  * does.
  *
  * The polled transport here is a fake whose one operation completes once a
- * given time has passed on the clock: the waits below take that long by
- * construction, nothing is synchronised by it. What is checked is whether
- * the wait napped (pscom.stats.sleeps) and whether it yielded (counted by
- * the sched_yield() below, which takes the place of libc's), never a
- * duration.
+ * given time has passed on the clock, or at an event of the wait: its first
+ * nap (UNTIL_NAP), or its third question whether the transport is busy
+ * (UNTIL_BUSY, asked only once the spin time is over). The waits end at
+ * what they must show, whenever it comes, so a test process that loses its
+ * cpu for a while under load still sees it. What is checked is whether the
+ * wait napped (pscom.stats.sleeps), not before how long it waited, and
+ * whether it yielded (counted by the sched_yield() below, which takes the
+ * place of libc's).
  *
  * A poller with a sleep hook is asked to leave only by a blocking wait
  * that goes to sleep (never by non-blocking passes), is out of the passes
@@ -30,6 +33,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <limits.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -42,8 +46,12 @@
 #include "pscom_progress.h"
 #include "pscom_util.h"
 
-/* the fake transport: its operation is done at done_at_us */
+/* the fake transport: its operation is done at done_at_us, or with
+ * until_nap once the wait napped (pscom.stats.sleeps above sleeps_before),
+ * with until_busy once busy() was asked three times */
 static uint64_t done_at_us;
+static int until_nap, until_busy;
+static uint64_t sleeps_before;
 static int op_done;
 static int fake_busy;
 static unsigned busy_calls;
@@ -60,7 +68,9 @@ static void saw_spin(unsigned spin)
 static int fake_poll(pscom_poller_t *poller)
 {
     saw_spin(poller->spin);
-    if (op_done || pscom_time_us() < done_at_us) return 0;
+    if (op_done) return 0;
+    int event = (until_nap && pscom.stats.sleeps != sleeps_before) || (until_busy && busy_calls >= 3);
+    if (!event && pscom_time_us() < done_at_us) return 0;
     op_done = 1;
     pscom.progress_counter++; /* what completes a request does this */
     return 1;
@@ -101,6 +111,15 @@ static int teardown(void **state)
     return 0;
 }
 
+/* op_ms of wait_op(): the operation ends at the wait's first nap, or at its
+ * third busy() (or after 10 s, when a wait that never gets there fails the
+ * test) */
+#define UNTIL_NAP  UINT_MAX
+#define UNTIL_BUSY (UINT_MAX - 1)
+
+/* how long the last wait_op() waited */
+static uint64_t waited_us;
+
 /* Wait for the fake operation that takes op_ms; returns the naps taken. */
 static uint64_t wait_op(unsigned spin_us, unsigned op_ms, int busy, int has_busy_fn)
 {
@@ -113,37 +132,45 @@ static uint64_t wait_op(unsigned spin_us, unsigned op_ms, int busy, int has_busy
     spin_min                  = ~0u;
     spin_max                  = 0;
     op_done                   = 0;
-    done_at_us                = pscom_time_us() + (uint64_t)op_ms * 1000u;
+    until_nap                 = op_ms == UNTIL_NAP;
+    until_busy                = op_ms == UNTIL_BUSY;
+    sleeps_before             = pscom.stats.sleeps;
+    uint64_t t0               = pscom_time_us();
+    done_at_us                = t0 + (until_nap || until_busy ? 10000000u : (uint64_t)op_ms * 1000u);
     pscom_poller_add(&poller);
-    uint64_t before = pscom.stats.sleeps;
     pscom_wait_until(is_done, &op_done);
     pscom_poller_del(&poller);
     assert_true(op_done);
-    return pscom.stats.sleeps - before;
+    waited_us = pscom_time_us() - t0;
+    return pscom.stats.sleeps - sleeps_before;
 }
 
 /* Nothing in flight: after 1 ms of spinning the wait naps. */
 static void test_idle_naps(void **state)
 {
-    assert_true(wait_op(1000, 20, 0, 1) >= 1);
+    assert_true(wait_op(1000, UNTIL_NAP, 0, 1) >= 1);
+    assert_true(waited_us >= 1000);
     assert_true(busy_calls >= 1); /* it asked before each nap */
     /* a poller without the hook counts as never busy */
-    assert_true(wait_op(1000, 20, 0, 0) >= 1);
+    assert_true(wait_op(1000, UNTIL_NAP, 0, 0) >= 1);
+    assert_true(waited_us >= 1000);
 }
 
-/* An operation in flight: the wait polls on for 20 ms, well within its
- * 100 ms (100 x 1 ms) bound, and never naps. */
+/* An operation in flight: past the spin time of 1 ms the wait asks whether
+ * the transport is busy and polls on (the operation ends at the third
+ * question, well within the 100 ms (100 x 1 ms) bound): it never naps. */
 static void test_busy_polls(void **state)
 {
-    assert_int_equal(wait_op(1000, 20, 1, 1), 0);
-    assert_true(busy_calls >= 1);
+    assert_int_equal(wait_op(1000, UNTIL_BUSY, 1, 1), 0);
+    assert_int_equal(busy_calls, 3);
+    assert_true(waited_us >= 1000);
 }
 
-/* A wait of 5 ms spins 1 ms before its first nap: it yields meanwhile.
- * One whose operation is done at the first pass does not. */
+/* A wait spins 1 ms before its first nap: it yields meanwhile. One whose
+ * operation is done at the first pass does not. */
 static void test_spin_yields(void **state)
 {
-    wait_op(1000, 5, 0, 1);
+    wait_op(1000, UNTIL_NAP, 0, 1);
     assert_true(yields >= 1);
     wait_op(1000, 0, 0, 1);
     assert_int_equal(yields, 0);
@@ -184,7 +211,7 @@ static void test_sleep_hook(void **state)
     /* the operation is done on the clock, which only the poller reads: the
      * wait sleeps (up to 1 s at a time with the poller out), wakes it, and
      * polls on until it is done */
-    assert_true(wait_op(0, 5, 0, 1) >= 1);
+    assert_true(wait_op(0, UNTIL_NAP, 0, 1) >= 1);
     assert_true(sleep_calls >= 1);
     assert_int_equal(wake_calls, sleep_calls);
     assert_false(poller.active);
@@ -197,7 +224,7 @@ static void test_sleep_hook(void **state)
 static void test_sleep_refused(void **state)
 {
     hooks(0);
-    assert_true(wait_op(0, 5, 0, 1) >= 1);
+    assert_true(wait_op(0, UNTIL_NAP, 0, 1) >= 1);
     assert_true(sleep_calls >= 1);
     assert_int_equal(wake_calls, 0);
     poller.sleep = NULL;
@@ -232,7 +259,7 @@ static void test_sleep_self_wake(void **state)
     assert_true(efd >= 0);
     pscom_ufd_t ufd = {.fd = efd, .events = EPOLLIN, .handler = efd_handler, .quiet = 1};
     assert_int_equal(pscom_ufd_add(&ufd), 0);
-    assert_true(wait_op(0, 5, 0, 1) >= 1);
+    assert_true(wait_op(0, UNTIL_NAP, 0, 1) >= 1);
     pscom_ufd_del(&ufd);
     close(efd);
     assert_true(sleep_calls >= 1);
@@ -244,16 +271,18 @@ static void test_sleep_self_wake(void **state)
 }
 
 /* Busy, but for longer than the bound (100 x 100 us = 10 ms): it naps
- * after all, so a peer that never answers does not cost a core forever. */
+ * after all (not before), so a peer that never answers does not cost a
+ * core forever. */
 static void test_busy_bounded(void **state)
 {
-    assert_true(wait_op(100, 40, 1, 1) >= 1);
+    assert_true(wait_op(100, UNTIL_NAP, 1, 1) >= 1);
+    assert_true(waited_us >= 100 * PSCOM_WAIT_BUSY_FACTOR);
 }
 
 /* PSP_WAIT_SPIN_US=0 (nap at once) also holds while busy. */
 static void test_busy_spin0(void **state)
 {
-    assert_true(wait_op(0, 5, 1, 1) >= 1);
+    assert_true(wait_op(0, UNTIL_NAP, 1, 1) >= 1);
 }
 
 /* The spin hint: a blocking wait's passes let the one active poller run
@@ -269,7 +298,8 @@ static int other_poll(pscom_poller_t *p)
 static void test_spin_hint(void **state)
 {
     assert_true(PSCOM_POLL_SPIN > 1);
-    wait_op(1000, 1, 0, 1);
+    /* (no nap, whose passes poll once, within the 10 s of spin) */
+    assert_int_equal(wait_op(10000000, 1, 0, 1), 0);
     assert_int_equal(spin_min, PSCOM_POLL_SPIN);
     assert_int_equal(spin_max, PSCOM_POLL_SPIN);
 
@@ -283,7 +313,7 @@ static void test_spin_hint(void **state)
 
     pscom_poller_t other = {.poll = other_poll};
     pscom_poller_add(&other);
-    wait_op(1000, 1, 0, 1);
+    assert_int_equal(wait_op(10000000, 1, 0, 1), 0);
     pscom_poller_del(&other);
     assert_int_equal(spin_max, 1);
     assert_int_equal(other_spin_max, 1);
