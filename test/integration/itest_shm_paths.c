@@ -35,7 +35,8 @@
  *  - 300 messages of mixed sizes keep their order.
  *
  * "itest_shm_paths contype" only connects, with PSP_DEBUG_CONTYPE=1 (the
- * ctest entry checks for the "via shm" lines).
+ * ctest entry checks for the "via shm" lines); "itest_shm_paths MODE" runs
+ * the one mode.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -431,6 +432,7 @@ int main(int argc, char **argv)
     for (unsigned m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
         char name[32];
         mode = modes[m].name;
+        if (argc > 1 && strcmp(argv[1], mode)) continue; /* "itest_shm_paths MODE": that one */
         setenv("PSP_SHM_CMA", modes[m].cma, 1);
         setenv("PSP_SHM_RING_SIZE", modes[m].ring, 1);
         setenv("PSP_SHM_ADAPT", modes[m].adapt, 1);
