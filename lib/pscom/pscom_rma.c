@@ -335,8 +335,10 @@ static void atomic_like(pscom_request_t *r, uint8_t type, int cas)
             pscom_req_complete_with(pscom_req_from_pub(r), PSCOM_REQ_STATE_ERROR);
             goto out;
         }
-        memcpy(both, r->rma.compare_addr, n);
-        memcpy(both + n, r->rma.origin_addr, n);
+        if (n) { /* (0 bytes: the addresses may be NULL) */
+            memcpy(both, r->rma.compare_addr, n);
+            memcpy(both + n, r->rma.origin_addr, n);
+        }
         get_like(r, type, both, 2 * n, r->rma.result_addr);
         free(both);
     } else {
@@ -488,9 +490,11 @@ static void send_answer(pscom_con_t *con, uint8_t type, uint64_t id, uint64_t st
         if (after) pscom_req_complete(after);
         return;
     }
-    if (copy) {
+    if (!len) {
+        /* an empty answer (a peer may ask for 0 bytes): no buffer to copy */
+    } else if (copy) {
         memcpy(msg->pub.data, data, len);
-    } else if (len) {
+    } else {
         pscom_ctrl_set_data(msg, data, len);
     }
     if (after) {
@@ -606,7 +610,7 @@ static void atomic_reply(pscom_req_t *p, struct PSCOM_memh *m)
         return;
     }
     send_answer(con, rep, (uint64_t)(uintptr_t)c.id, 0, target, n, 1, NULL);
-    if (type == PSCOM_MSGTYPE_RMA_COMPARE_AND_SWAP_REQ) {
+    if (type == PSCOM_MSGTYPE_RMA_COMPARE_AND_SWAP_REQ && n) { /* (0 bytes: no data buffer) */
         const char *cmp = p->pub.data, *val = (const char *)p->pub.data + n;
         if (!memcmp(target, cmp, n)) memcpy(target, val, n);
     }

@@ -56,6 +56,8 @@
 
 /* ---- a transport that takes every byte -------------------------------------------- */
 
+size_t fuzz_sink_bytes;
+
 static void sink_write_start(pscom_con_t *con)
 {
     struct iovec iov[16];
@@ -63,6 +65,7 @@ static void sink_write_start(pscom_con_t *con)
     while ((n = pscom_write_get_iov(con, iov, 16)) > 0) {
         size_t len = 0;
         for (int i = 0; i < n; i++) len += iov[i].iov_len;
+        fuzz_sink_bytes += len;
         if (pscom_write_done(con, len)) return;
     }
 }

@@ -39,6 +39,9 @@ typedef struct fuzz_fixture {
     pscom_rkey_t rkey; /* for the RMA get, or NULL */
 } fuzz_fixture_t;
 
+/* the bytes the connection has sent (to the sink that takes them) */
+extern size_t fuzz_sink_bytes;
+
 void *fuzz_win(void);
 void fuzz_open(fuzz_fixture_t *f);
 void fuzz_close(fuzz_fixture_t *f);
