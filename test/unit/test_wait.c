@@ -14,9 +14,10 @@
  * (UNTIL_BUSY, asked only once the spin time is over). The waits end at
  * what they must show, whenever it comes, so a test process that loses its
  * cpu for a while under load still sees it. What is checked is whether the
- * wait napped (pscom.stats.sleeps), not before how long it waited, and
- * whether it yielded (counted by the sched_yield() below, which takes the
- * place of libc's).
+ * wait napped (pscom.stats.sleeps), that a nap came no earlier than the spin
+ * time or the busy bound allow (a lower bound on the time waited, which
+ * load can only lengthen), and whether it yielded (counted by the
+ * sched_yield() below, which takes the place of libc's).
  *
  * A poller with a sleep hook is asked to leave only by a blocking wait
  * that goes to sleep (never by non-blocking passes), is out of the passes
