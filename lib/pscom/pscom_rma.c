@@ -490,12 +490,12 @@ static void send_answer(pscom_con_t *con, uint8_t type, uint64_t id, uint64_t st
         if (after) pscom_req_complete(after);
         return;
     }
-    if (!len) {
-        /* an empty answer (a peer may ask for 0 bytes): no buffer to copy */
-    } else if (copy) {
-        memcpy(msg->pub.data, data, len);
-    } else {
-        pscom_ctrl_set_data(msg, data, len);
+    if (len) { /* (an empty answer, a peer may ask for 0 bytes, has no buffer) */
+        if (copy) {
+            memcpy(msg->pub.data, data, len);
+        } else {
+            pscom_ctrl_set_data(msg, data, len);
+        }
     }
     if (after) {
         /* complete `after` (and so run its callback) once the answer left */
