@@ -66,6 +66,10 @@ void tu_log(const char *fmt, ...)
     fflush(stderr);
 }
 
+/* stderr while captured (tu_capture_begin) */
+static int capture_saved_fd = -1;
+static FILE *capture_file;
+
 void tu_fail(const char *file, int line, const char *fmt, ...)
 {
     char msg[2048];
@@ -74,6 +78,8 @@ void tu_fail(const char *file, int line, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     fflush(stdout);
+    /* a failure while stderr is captured: what was captured, then the failure */
+    if (capture_file) free(tu_capture_end());
     fprintf(stderr, "%s:%d: %s FAILED: %s\n", file, line, tu_who_buf, msg);
     fflush(stderr);
     _exit(1);
@@ -172,9 +178,6 @@ int tu_tcp_socket(uint32_t addr, int backlog, int *port)
 /* ------------------------------------------------------------------ */
 /* stderr capture                                                     */
 /* ------------------------------------------------------------------ */
-
-static int capture_saved_fd = -1;
-static FILE *capture_file;
 
 void tu_capture_begin(void)
 {
