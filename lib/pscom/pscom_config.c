@@ -151,7 +151,9 @@ void pscom_config_init(void)
         pscom_env_table_register_and_parse(&config_tables[i]);
     }
     pscom_log_level = pscom_config.debug;
-    if ((int)pscom_config.readahead < READAHEAD_MIN) {
+    if ((int)pscom_config.readahead < READAHEAD_MIN) { /* said, as values not taken as given are */
+        plog_err("PSP_READAHEAD=%d: using %d (the least)", (int)pscom_config.readahead,
+                 READAHEAD_MIN);
         pscom_config.readahead = READAHEAD_MIN;
     }
 }
