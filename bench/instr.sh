@@ -76,10 +76,10 @@ fi
 bench_tmp pscom-instr outputs
 
 # --- build ---------------------------------------------------------------------
-CFLAGS_=-g
+CFLAGS_="-g -gdwarf-4" # valgrind 3.19 cannot read the DWARF 5 of clang 14 (CC=clang)
 if [[ $CRIT == 1 ]]; then
     BUILD_DIR=${BUILD_DIR:-$REPO/build-instr-crit}
-    CFLAGS_="-g -DPSCOM_UCP_CRIT_COUNT"
+    CFLAGS_="-g -gdwarf-4 -DPSCOM_UCP_CRIT_COUNT"
     [[ -f /usr/include/valgrind/callgrind.h ]] || die "valgrind/callgrind.h not found (Debian: valgrind)"
 fi
 BUILD_DIR=${BUILD_DIR:-$REPO/build-instr}
