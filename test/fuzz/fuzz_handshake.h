@@ -30,7 +30,8 @@ size_t fuzz_hs_valid_accept(unsigned char *p, size_t room, uint32_t hello_flags,
 
 /* a value a 32-bit field might hold, or any */
 uint32_t fuzz_hs_plausible32(void);
-/* pl[from..len) as 32-bit words of fuzz_hs_plausible32() */
+/* pl[from..len) as 32-bit words of fuzz_hs_plausible32(), the last 1-3
+ * bytes random */
 void fuzz_hs_fill(unsigned char *pl, size_t from, size_t len);
 /* a message of this type whose magic and version are now and then wrong */
 size_t fuzz_hs_put_any(unsigned char *p, size_t room, uint16_t type, const void *payload,
