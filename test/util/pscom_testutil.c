@@ -78,8 +78,10 @@ void tu_fail(const char *file, int line, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     fflush(stdout);
-    /* a failure while stderr is captured: what was captured, then the failure */
-    if (capture_file) free(tu_capture_end());
+    /* a failure while stderr is captured: what was captured, then the
+     * failure (once: tu_capture_end() may fail itself) */
+    static int failing;
+    if (capture_file && !failing++) free(tu_capture_end());
     fprintf(stderr, "%s:%d: %s FAILED: %s\n", file, line, tu_who_buf, msg);
     fflush(stderr);
     _exit(1);
