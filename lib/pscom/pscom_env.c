@@ -309,6 +309,14 @@ PSCOM_PLUGIN_API int pscom_env_table_register_and_parse(pscom_env_table_t *table
     return invalid;
 }
 
+PSCOM_PLUGIN_API void pscom_env_clamp_uint(const char *name, unsigned *v, unsigned lo, unsigned hi)
+{
+    unsigned to = *v < lo ? lo : *v > hi ? hi : *v;
+    if (to == *v) return;
+    plog_err("%s=%u: using %u (the %s)", name, *v, to, to == lo ? "least" : "most");
+    *v = to;
+}
+
 void pscom_env_table_list_clear(void)
 {
     pscom_list_t *pos, *tmp;

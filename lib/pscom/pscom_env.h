@@ -54,6 +54,12 @@ typedef struct pscom_env_table {
  * Returns 0, or the number of entries whose value was invalid. */
 PSCOM_PLUGIN_API int pscom_env_table_register_and_parse(pscom_env_table_t *table);
 
+/* Bring a parsed uint setting into [lo, hi]. A value outside is used as the
+ * nearest bound, and that is said at the default log level, as for every
+ * setting not taken as given: "<name>=<value>: using <bound> (the least)"
+ * (or "(the most)"). name: the variable's full name, e.g. "PSP_UCP_MAX_RECV". */
+PSCOM_PLUGIN_API void pscom_env_clamp_uint(const char *name, unsigned *v, unsigned lo, unsigned hi);
+
 /* Parse one value of the given type into target. Returns 0 or -1 (EINVAL). */
 int pscom_env_parse_value(pscom_env_type_t type, const char *str, void *target);
 

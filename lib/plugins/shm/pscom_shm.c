@@ -121,14 +121,8 @@ static int shm_init(void)
                  shm_config.ring_size, (unsigned long long)r);
         shm_config.ring_size = (unsigned)r;
     }
-    if (shm_config.chunk < SHM_CHUNK_MIN) {
-        plog_err("PSP_SHM_CHUNK=%u: using %u (the least)", shm_config.chunk, SHM_CHUNK_MIN);
-        shm_config.chunk = SHM_CHUNK_MIN;
-    }
-    if (shm_config.copy_budget < 4096) {
-        plog_err("PSP_SHM_COPY_BUDGET=%u: using 4096 (the least)", shm_config.copy_budget);
-        shm_config.copy_budget = 4096;
-    }
+    pscom_env_clamp_uint("PSP_SHM_CHUNK", &shm_config.chunk, SHM_CHUNK_MIN, UINT_MAX);
+    pscom_env_clamp_uint("PSP_SHM_COPY_BUDGET", &shm_config.copy_budget, 4096, UINT_MAX);
     return 0;
 }
 /* ---- handshake blobs ----------------------------------------------------- */

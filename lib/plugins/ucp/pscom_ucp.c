@@ -38,23 +38,10 @@ static int ucp_plugin_init(void)
 {
     pscom_env_table_register_and_parse(&ucp_env_table);
     /* settings not taken as given are said at the default log level */
-    if (ucp_cfg.small_msg_len > UCP_SMALL_MAX) {
-        plog_err("PSP_UCP_SMALL_MSG_LEN=%u: using %u (the most)", ucp_cfg.small_msg_len,
-                 (unsigned)UCP_SMALL_MAX);
-        ucp_cfg.small_msg_len = UCP_SMALL_MAX;
-    }
-    if (!ucp_cfg.max_recv) {
-        plog_err("PSP_UCP_MAX_RECV=0: using 1 (the least)");
-        ucp_cfg.max_recv = 1;
-    }
-    if (ucp_cfg.err_handling > 1) {
-        plog_err("PSP_UCP_ERR_HANDLING=%u: using 1 (0 or 1)", ucp_cfg.err_handling);
-        ucp_cfg.err_handling = 1;
-    }
-    if (ucp_cfg.fastinit > 1) {
-        plog_err("PSP_UCP_FASTINIT=%u: using 1 (0 or 1)", ucp_cfg.fastinit);
-        ucp_cfg.fastinit = 1;
-    }
+    pscom_env_clamp_uint("PSP_UCP_SMALL_MSG_LEN", &ucp_cfg.small_msg_len, 0, UCP_SMALL_MAX);
+    pscom_env_clamp_uint("PSP_UCP_MAX_RECV", &ucp_cfg.max_recv, 1, UINT_MAX);
+    pscom_env_clamp_uint("PSP_UCP_ERR_HANDLING", &ucp_cfg.err_handling, 0, 1);
+    pscom_env_clamp_uint("PSP_UCP_FASTINIT", &ucp_cfg.fastinit, 0, 1);
     if (ucp_cfg.fastinit && ucp_worker_ensure() < 0) return -1;
     return 0;
 }
