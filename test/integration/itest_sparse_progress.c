@@ -100,8 +100,8 @@ static int client(tu_ctx_t *ctx)
 int main(void)
 {
     tu_opts_t opts = {.killed_must_mask = 1u << 1};
-    const char *want = getenv("PSCOM_TEST_CONTYPE");
-    if (!want || strncmp(want, "ucp", 3) != 0) { /* the ucp variants set their own */
+    const char *want = tu_contype();
+    if (!want || strcmp(want, "ucp") != 0) { /* the ucp variants set their own */
         setenv("PSP_TCP", "0", 1);
         setenv("PSP_UCP", "0", 1);
         setenv("PSP_OPENIB", "0", 1);
