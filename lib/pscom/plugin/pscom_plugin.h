@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 11
+#define PSCOM_PLUGIN_ABI_VERSION 12
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
