@@ -1,0 +1,276 @@
+/*
+ * openib_io.c - the data path: queued messages go into send slots as
+ * packets (a small message whole, a larger one in slices of the byte
+ * stream), each one IBV_WR_SEND into a receive slot of the peer; received
+ * packets go to the core and their slots are posted again at once.
+ *
+ * Credits: a packet may go only while the peer has a free receive slot for
+ * it (credits). The receiver returns slots in the header of its next
+ * packet, or alone in a TOKENS packet once PSP_OPENIB_PENDING_TOKENS are
+ * owed. The last credit is kept for a TOKENS packet: otherwise both sides
+ * could run out of credits while each owes the other, and wait forever.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "openib_priv.h"
+
+#define WC_BATCH 16
+
+/* The connection failed on our side (a work completion error, a protocol
+ * error in what the peer sent): every request of it ends with an error. */
+static void con_fail(openib_con_t *oc, pscom_op_t op, int err)
+{
+    if (oc->failed || oc->closed) return;
+    oc->failed = 1;
+    pscom_con_transport_error(oc->con, op, err);
+}
+
+static void protocol_error(openib_con_t *oc, const char *what)
+{
+    plog_err("%s: openib: protocol error: %s", pscom_con_name(oc->con), what);
+    con_fail(oc, PSCOM_OP_READ, EPROTO);
+}
+
+/* Post the next send slot, holding len payload bytes: the owed tokens go
+ * with it. 0, or -1 (the connection failed). */
+static int pkt_post(openib_con_t *oc, unsigned flags, size_t len)
+{
+    unsigned slot         = oc->send_head;
+    openib_pkt_hdr_t *hdr = (openib_pkt_hdr_t *)openib_send_slot(oc, slot);
+    hdr->magic            = OPENIB_PKT_MAGIC;
+    hdr->flags            = (uint16_t)flags;
+    hdr->tokens           = oc->owed;
+    struct ibv_sge sge    = {
+           .addr   = (uint64_t)(uintptr_t)hdr,
+           .length = (uint32_t)(sizeof(*hdr) + len),
+           .lkey   = oc->mr->lkey,
+    };
+    struct ibv_send_wr wr = {
+        .wr_id      = OPENIB_WR_SEND | slot,
+        .sg_list    = &sge,
+        .num_sge    = 1,
+        .opcode     = IBV_WR_SEND,
+        .send_flags = IBV_SEND_SIGNALED,
+    }, *bad;
+    int err = ibv_post_send(oc->qp, &wr, &bad);
+    if (err) {
+        plog_err("%s: openib: ibv_post_send: %s", pscom_con_name(oc->con), strerror(err));
+        con_fail(oc, PSCOM_OP_WRITE, err);
+        return -1;
+    }
+    oc->send_head = slot + 1 == oc->nsend ? 0 : slot + 1;
+    oc->send_busy++;
+    oc->credits--;
+    oc->owed = 0;
+    return 0;
+}
+
+/* Copy up to room bytes of head+data from offset off. Returns the count. */
+static size_t copy_slice(char *dst, size_t room, const struct iovec *head,
+                         const struct iovec *data, size_t off)
+{
+    size_t done = 0;
+    const struct iovec *parts[2] = {head, data};
+    for (int i = 0; i < 2 && done < room; i++) {
+        size_t plen = parts[i]->iov_len;
+        if (off >= plen) {
+            off -= plen;
+            continue;
+        }
+        size_t n = plen - off;
+        if (n > room - done) n = room - done;
+        memcpy(dst + done, (const char *)parts[i]->iov_base + off, n);
+        done += n;
+        off = 0;
+    }
+    return done;
+}
+
+/* Send what is queued until the queue is empty or slots or credits run
+ * out (then the poller goes on when completions or tokens come). A
+ * message counts as sent once it is copied into the slots: the
+ * application's buffer is free. Returns 1 if anything went. */
+static int openib_write(openib_con_t *oc)
+{
+    pscom_con_t *con = oc->con;
+    int progress     = 0;
+    if (oc->in_write || oc->closed || oc->failed) return 0;
+    oc->in_write = 1;
+    for (;;) {
+        struct iovec head, data;
+        /* the last credit stays for a TOKENS packet */
+        if (oc->send_busy >= oc->nsend || oc->credits < 2) break;
+        if (!pscom_write_peek(con, 0, &head, &data)) break;
+        size_t total   = head.iov_len + data.iov_len;
+        char *payload  = openib_send_slot(oc, oc->send_head) + sizeof(openib_pkt_hdr_t);
+        unsigned flags = oc->cur_off == 0 && total <= OPENIB_PAYLOAD_MAX ? OPENIB_PKT_WHOLE : 0;
+        size_t n       = copy_slice(payload, OPENIB_PAYLOAD_MAX, &head, &data, oc->cur_off);
+        if (pkt_post(oc, flags, n) < 0) break;
+        progress = 1;
+        oc->cur_off += n;
+        if (oc->cur_off < total) continue;
+        oc->cur_off = 0;
+        if (pscom_write_done(con, total)) return 1; /* closed: not ours any more */
+        if (oc->closed) return 1;
+    }
+    oc->in_write = 0;
+    return progress;
+}
+
+void openib_write_start(pscom_con_t *con)
+{
+    openib_con_t *oc = openib_con(con);
+    if (oc->started) openib_write(oc);
+}
+
+/* Tokens alone, when enough are owed and no data packet took them. */
+static void send_tokens(openib_con_t *oc)
+{
+    if (oc->owed < openib_cfg.pending_tokens || oc->closed || oc->failed) return;
+    if (oc->send_busy >= oc->nsend || oc->credits < 1) return;
+    pkt_post(oc, OPENIB_PKT_TOKENS, 0);
+}
+
+/* One received packet in slot. Returns 1 if the connection stopped. */
+static int handle_recv(openib_con_t *oc, const struct ibv_wc *wc)
+{
+    uint64_t slot = wc->wr_id;
+    if (slot >= oc->nrecv) {
+        protocol_error(oc, "completion of an unknown receive");
+        return 1;
+    }
+    const char *pkt = openib_recv_slot(oc, (unsigned)slot);
+    openib_pkt_hdr_t hdr;
+    if (wc->byte_len < sizeof(hdr) || wc->byte_len > OPENIB_SLOT_SIZE) {
+        protocol_error(oc, "packet of a bad length");
+        return 1;
+    }
+    memcpy(&hdr, pkt, sizeof(hdr));
+    size_t len = wc->byte_len - sizeof(hdr);
+    if (hdr.magic != OPENIB_PKT_MAGIC || (hdr.flags & ~(OPENIB_PKT_WHOLE | OPENIB_PKT_TOKENS)) ||
+        ((hdr.flags & OPENIB_PKT_TOKENS) && len)) {
+        protocol_error(oc, "malformed packet header");
+        return 1;
+    }
+    if (hdr.tokens > oc->peer_recvq - oc->credits) {
+        protocol_error(oc, "more credits returned than lent");
+        return 1;
+    }
+    oc->credits += hdr.tokens;
+    if (len) {
+        const char *payload = pkt + sizeof(hdr);
+        int stop            = (hdr.flags & OPENIB_PKT_WHOLE) ? pscom_read_msg(oc->con, payload, len)
+                                                             : pscom_read_feed(oc->con, payload, len);
+        if (stop || oc->closed) return 1;
+    }
+    int err = openib_post_recv(oc, (unsigned)slot);
+    if (err) {
+        plog_err("%s: openib: ibv_post_recv: %s", pscom_con_name(oc->con), strerror(err));
+        con_fail(oc, PSCOM_OP_READ, err);
+        return 1;
+    }
+    oc->owed++;
+    return 0;
+}
+
+/* A failed work completion: the peer is gone (retries exceeded), or the
+ * queue pair went to the error state and flushes the rest. */
+static void handle_error(openib_con_t *oc, const struct ibv_wc *wc)
+{
+    if (oc->failed) return; /* the rest of a flush */
+    int is_send = (wc->wr_id & OPENIB_WR_SEND) != 0;
+    plog_dbg("%s: openib: %s failed: %s", pscom_con_name(oc->con), is_send ? "send" : "receive",
+             ibv_wc_status_str(wc->status));
+    con_fail(oc, is_send ? PSCOM_OP_WRITE : PSCOM_OP_READ, ECONNRESET);
+}
+
+/* Take what the completion queue holds. Returns 1 if anything was done,
+ * and then the connection may have been closed meanwhile. */
+int openib_con_progress(openib_con_t *oc)
+{
+    struct ibv_wc wc[WC_BATCH];
+    int progress = 0, n;
+    if (oc->closed || oc->failed) return 0;
+    do {
+        n = ibv_poll_cq(oc->cq, WC_BATCH, wc);
+        if (n < 0) {
+            plog_err("%s: openib: ibv_poll_cq failed", pscom_con_name(oc->con));
+            con_fail(oc, PSCOM_OP_READ, EIO);
+            return 1;
+        }
+        for (int i = 0; i < n; i++) {
+            progress = 1;
+            if (wc[i].status != IBV_WC_SUCCESS) {
+                handle_error(oc, &wc[i]);
+                return 1;
+            }
+            if (wc[i].wr_id & OPENIB_WR_SEND) {
+                oc->send_busy--;
+            } else if (handle_recv(oc, &wc[i])) {
+                return 1;
+            }
+        }
+    } while (n == WC_BATCH);
+    if (progress && pscom_write_pending(oc->con)) openib_write(oc);
+    if (!oc->closed) send_tokens(oc);
+    return progress;
+}
+
+/* The poller of all connections. A connection that did something ends the
+ * pass (a waiter may be done; completions may have closed others) and
+ * goes to the end of the list, so that busy ones cannot starve the rest. */
+int openib_poll(pscom_poller_t *poller)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &openib_dev.cons) {
+        openib_con_t *oc = pscom_list_entry(pos, openib_con_t, next);
+        if (!openib_con_progress(oc)) continue;
+        if (pscom_list_linked(&oc->next)) {
+            pscom_list_del(&oc->next);
+            pscom_list_add_tail(&oc->next, &openib_dev.cons);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* Busy while packets are in flight or messages wait for credits: only
+ * the peer's completions and tokens move them on. */
+int openib_busy(pscom_poller_t *poller)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &openib_dev.cons) {
+        openib_con_t *oc = pscom_list_entry(pos, openib_con_t, next);
+        if (oc->send_busy || pscom_write_pending(oc->con)) return 1;
+    }
+    return 0;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* At a graceful close: wait until our last packets (the EOF message among
+ * them) reached the peer, for a second at most, before the queue pair is
+ * destroyed. Received packets are dropped: the stream has ended. */
+void openib_drain_sends(openib_con_t *oc)
+{
+    uint64_t t0 = now_ms();
+    while (oc->send_busy && now_ms() - t0 < 1000) {
+        struct ibv_wc wc[WC_BATCH];
+        int n = ibv_poll_cq(oc->cq, WC_BATCH, wc);
+        if (n < 0) return;
+        for (int i = 0; i < n; i++) {
+            if (!(wc[i].wr_id & OPENIB_WR_SEND)) continue;
+            if (wc[i].status != IBV_WC_SUCCESS) return;
+            oc->send_busy--;
+        }
+    }
+}

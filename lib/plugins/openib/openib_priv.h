@@ -1,0 +1,138 @@
+/*
+ * openib_priv.h - the openib transport's internals: configuration, the
+ * process-wide device state, the per-connection state and the packet
+ * format. See README.md for the design.
+ */
+#ifndef OPENIB_PRIV_H
+#define OPENIB_PRIV_H
+
+#include <infiniband/verbs.h>
+#include <stdint.h>
+
+#include "pscom_plugin.h"
+
+/* ---- configuration (PSP_OPENIB_*) ---------------------------------------- */
+
+typedef struct openib_cfg {
+    char *hca;               /* device name, NULL: the first with an active port */
+    unsigned port;           /* 0: the first active port */
+    unsigned path_mtu;       /* 1=256, 2=512, 3=1024 */
+    unsigned recvq_size;     /* receive slots per connection = the peer's credits */
+    unsigned sendq_size;     /* send slots per connection */
+    unsigned compq_size;     /* accepted for compatibility; see README */
+    unsigned pending_tokens; /* credits owed before they go back alone */
+    int lid_offset;          /* added to the port's LID in the handshake */
+    unsigned rendezvous;     /* pscom-level rendezvous threshold */
+    int global_sendq;        /* accepted, not supported (said once) */
+    int event_cnt;
+    int ignore_wrong_opcodes;
+    unsigned mcache_size;
+    int malloc_opts;
+    int rndv_fallbacks;
+} openib_cfg_t;
+
+extern openib_cfg_t openib_cfg;
+
+/* ---- packets -------------------------------------------------------------- */
+
+/* Every send and receive slot holds one packet: this header, then up to
+ * OPENIB_PAYLOAD_MAX bytes of the pscom byte stream. WHOLE: the payload is
+ * exactly one pscom message (the receiver hands it over with
+ * pscom_read_msg); TOKENS: no payload, the credits alone. */
+#define OPENIB_SLOT_SIZE   16384u
+#define OPENIB_PKT_MAGIC   0x4f49u /* "IO" */
+#define OPENIB_PKT_WHOLE   0x1u
+#define OPENIB_PKT_TOKENS  0x2u
+
+typedef struct openib_pkt_hdr {
+    uint16_t magic;
+    uint16_t flags;
+    uint32_t tokens; /* receive slots of the sender freed since its last packet */
+} openib_pkt_hdr_t;
+_Static_assert(sizeof(openib_pkt_hdr_t) == 8, "openib packet header");
+
+#define OPENIB_PAYLOAD_MAX (OPENIB_SLOT_SIZE - sizeof(openib_pkt_hdr_t))
+
+/* ---- the device (one per process) --------------------------------------- */
+
+typedef struct openib_dev {
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    uint8_t port;
+    uint16_t lid;             /* with PSP_OPENIB_LID_OFFSET */
+    enum ibv_mtu mtu;         /* path MTU we use */
+    uint32_t max_qp_wr;
+    int max_cqe;
+    char name[64];
+    pscom_poller_t poller;    /* one for all connections */
+    pscom_list_t cons;        /* started connections (openib_con_t.next) */
+    unsigned ncons;
+} openib_dev_t;
+
+extern openib_dev_t openib_dev;
+
+/* ---- connections ----------------------------------------------------------- */
+
+typedef struct openib_con {
+    pscom_con_t *con;
+    struct ibv_cq *cq;        /* send and receive completions of this QP */
+    struct ibv_qp *qp;
+    struct ibv_mr *mr;        /* over buf */
+    char *buf;                /* recvq_size receive slots, then sendq_size send slots */
+    unsigned nrecv, nsend;    /* slots */
+    uint32_t psn;             /* our first packet sequence number */
+
+    /* sending */
+    unsigned send_head;       /* next send slot to fill (index mod nsend) */
+    unsigned send_busy;       /* slots posted and not yet completed */
+    unsigned credits;         /* receive slots free at the peer */
+    unsigned peer_recvq;      /* the peer's receive slots (credits at most) */
+    size_t cur_off;           /* bytes of the oldest queued message already sent */
+    int in_write;             /* re-entrancy guard of openib_write */
+
+    /* receiving */
+    unsigned owed;            /* receive slots freed, not yet told to the peer */
+
+    pscom_ufd_t ufd;          /* the handshake socket: the peer's death */
+    pscom_list_t next;        /* in openib_dev.cons */
+    unsigned started : 1;
+    unsigned closed : 1;
+    unsigned failed : 1;      /* an error was reported */
+} openib_con_t;
+
+static inline openib_con_t *openib_con(pscom_con_t *con)
+{
+    return pscom_con_plugin_priv(con);
+}
+
+static inline char *openib_recv_slot(openib_con_t *oc, unsigned i)
+{
+    return oc->buf + (size_t)i * OPENIB_SLOT_SIZE;
+}
+
+static inline char *openib_send_slot(openib_con_t *oc, unsigned i)
+{
+    return oc->buf + (size_t)(oc->nrecv + i) * OPENIB_SLOT_SIZE;
+}
+
+/* wr_id of a work request: the slot and its direction */
+#define OPENIB_WR_SEND 0x80000000u
+
+/* openib_dev.c */
+int openib_dev_open(void);
+void openib_dev_close(void);
+
+/* openib_qp.c: the connection's verbs resources */
+int openib_con_resources(openib_con_t *oc, pscom_con_t *con);
+void openib_con_resources_free(openib_con_t *oc);
+int openib_qp_connect(openib_con_t *oc, uint16_t lid, uint32_t qpn, uint32_t psn);
+int openib_post_recv(openib_con_t *oc, unsigned slot);
+
+/* openib_io.c: the data path */
+void openib_write_start(pscom_con_t *con);
+int openib_con_progress(openib_con_t *oc);
+int openib_poll(pscom_poller_t *poller);
+int openib_busy(pscom_poller_t *poller);
+void openib_drain_sends(openib_con_t *oc);
+
+#endif /* OPENIB_PRIV_H */
