@@ -1,0 +1,166 @@
+/*
+ * emul_priv.h - internals of the software HCA (see README.md): the objects
+ * behind the ibv_* handles, the wire header, and the functions the two
+ * halves (emul_device.c: devices, contexts, PDs, MRs, CQs; emul_qp.c: QPs,
+ * posting, progress) call in each other.
+ *
+ * Locking: every entry point takes the context's lock (emul_context.lock)
+ * and calls the vemul_* helpers with it held.
+ */
+#ifndef VERBS_EMUL_PRIV_H
+#define VERBS_EMUL_PRIV_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <infiniband/verbs.h>
+
+#define VEMUL_MAX_DEVICES 16
+#define VEMUL_MAX_WR 16384
+#define VEMUL_MAX_SGE 30
+#define VEMUL_MAX_CQE 4194303
+#define VEMUL_MAX_INLINE 256
+#define VEMUL_MAX_RD_ATOM 16
+/* largest message of one WR (documented cap; real HCAs take 2 GiB) */
+#define VEMUL_MAX_MSG (1u << 20)
+/* payload bytes per datagram: a WR travels as ceil(len / FRAG) datagrams */
+#define VEMUL_FRAG (64u * 1024)
+#define VEMUL_MR_BUCKETS 64
+
+#define VEMUL_MAGIC 0x56454d55u /* "VEMU" */
+#define VEMUL_VERSION 1
+enum { VEMUL_OP_SEND = 1, VEMUL_OP_SEND_IMM = 2 };
+
+/* One datagram: this header, then frag bytes of the message at frag_off. */
+struct vemul_hdr {
+    uint32_t magic;
+    uint16_t version;
+    uint8_t opcode;
+    uint8_t pad0;
+    uint16_t src_lid;
+    uint16_t pad1;
+    uint32_t src_qpn;
+    uint32_t imm; /* as posted (network byte order), opaque here */
+    uint32_t total_len;
+    uint32_t frag_off;
+};
+
+struct vemul_device {
+    struct ibv_device dev; /* must be first */
+    uint16_t lid;
+};
+
+struct vemul_mr {
+    struct ibv_mr mr; /* must be first */
+    struct vemul_mr *next; /* bucket chain, by lkey */
+    unsigned access; /* IBV_ACCESS_* */
+};
+
+struct vemul_pd {
+    struct ibv_pd pd; /* must be first */
+    struct vemul_pd *next;
+    unsigned nmr, nqp;
+};
+
+struct vemul_chan {
+    struct ibv_comp_channel ch; /* must be first */
+    struct vemul_chan *next;
+};
+
+struct vemul_cq {
+    struct ibv_cq cq; /* must be first */
+    struct vemul_cq *next;
+    struct ibv_wc *ring; /* grows (doubling) up to cap entries */
+    unsigned ring_size, head, count, cap;
+    unsigned nqp; /* QPs using it as send or receive CQ */
+    int overrun;
+};
+
+/* send queue entry */
+struct vemul_swqe {
+    uint64_t wr_id;
+    uint8_t *data; /* copy made at post time (NULL when len == 0) */
+    uint32_t len, sent_off;
+    uint32_t imm;
+    uint8_t opcode; /* VEMUL_OP_* */
+    uint8_t signaled;
+    enum ibv_wc_status status; /* != SUCCESS: fails when it comes up (bad lkey) */
+};
+
+/* receive queue entry */
+struct vemul_rwqe {
+    uint64_t wr_id;
+    int num_sge;
+    struct ibv_sge sge1; /* sges points here for a single SGE */
+    struct ibv_sge *sges;
+};
+
+struct vemul_qp {
+    struct ibv_qp qp; /* must be first */
+    struct vemul_qp *next;
+    int fd;
+    int sq_sig_all;
+    struct ibv_qp_cap cap;
+    uint16_t dlid;
+    uint32_t dqpn;
+    struct sockaddr_un peer;
+    socklen_t peer_len;
+
+    /* send ring: [head, head + sq_done) were sent unsignaled and wait for a
+     * later signaled completion to free their slots; the rest is unsent */
+    struct vemul_swqe *sq;
+    unsigned sq_head, sq_count, sq_done;
+
+    struct vemul_rwqe *rq;
+    unsigned rq_head, rq_count;
+
+    /* the message being received (into rq[rq_head]) */
+    int rx_active;
+    uint32_t rx_total, rx_off, rx_imm;
+    uint8_t rx_opcode;
+
+    unsigned long dropped;
+};
+
+struct vemul_context {
+    struct ibv_context ctx; /* must be first */
+    pthread_mutex_t lock;
+    uint16_t lid;
+    uint32_t next_key;
+    unsigned npd, ncq, nqp;
+    struct vemul_pd *pds;
+    struct vemul_chan *chans;
+    struct vemul_cq *cqs;
+    struct vemul_qp *qps;
+    struct vemul_mr *mrs[VEMUL_MR_BUCKETS];
+    uint8_t *scratch; /* VEMUL_FRAG bytes: receive buffer for one datagram */
+};
+
+static inline struct vemul_context *vemul_ctx(struct ibv_context *c)
+{
+    return (struct vemul_context *)c;
+}
+
+/* emul_device.c */
+int vemul_fail(const char *name);
+uint32_t vemul_random(void);
+struct vemul_mr *vemul_mr_find(struct vemul_context *vc, uint32_t lkey);
+/* 0 when [addr, addr + len) lies in the MR named by lkey, of pd, which
+ * allows access (0 or IBV_ACCESS_LOCAL_WRITE) */
+int vemul_sge_ok(struct vemul_context *vc, struct ibv_pd *pd, const struct ibv_sge *sge,
+                 unsigned access);
+void vemul_cq_push(struct vemul_cq *cq, const struct ibv_wc *wc);
+void vemul_free_mrs(struct vemul_context *vc);
+int vemul_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+int vemul_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+
+/* emul_qp.c */
+int vemul_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int vemul_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+void vemul_qp_progress(struct vemul_qp *q, struct vemul_cq *cq);
+void vemul_qp_free(struct vemul_qp *q);
+
+#endif

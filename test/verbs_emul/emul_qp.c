@@ -1,0 +1,627 @@
+/*
+ * emul_qp.c - the software HCA's RC queue pairs: a QP is a unix datagram
+ * socket with an abstract name made of (uid, lid, qp_num); a send WR travels
+ * as one datagram per VEMUL_FRAG bytes to the socket the RTR transition
+ * named. Progress (sending what was queued, receiving into posted WQEs)
+ * happens in post_send/post_recv and poll_cq; there are no threads.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "emul_priv.h"
+#include "verbs_emul.h"
+
+static socklen_t vemul_addr(struct sockaddr_un *sa, uint16_t lid, uint32_t qpn)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    /* abstract name: a leading NUL, no terminating one */
+    int n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "verbs-emul.%u.%u.%u",
+                     (unsigned)getuid(), (unsigned)lid, (unsigned)qpn);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static unsigned vemul_sq_size(const struct vemul_qp *q)
+{
+    return q->cap.max_send_wr ? q->cap.max_send_wr : 1;
+}
+
+static unsigned vemul_rq_size(const struct vemul_qp *q)
+{
+    return q->cap.max_recv_wr ? q->cap.max_recv_wr : 1;
+}
+
+/* ------------------------------------------------------------ completions */
+
+static void vemul_send_cqe(struct vemul_qp *q, const struct vemul_swqe *e,
+                           enum ibv_wc_status status)
+{
+    struct ibv_wc wc;
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id = e->wr_id;
+    wc.status = status;
+    wc.opcode = IBV_WC_SEND;
+    wc.byte_len = status == IBV_WC_SUCCESS ? e->len : 0;
+    wc.qp_num = q->qp.qp_num;
+    vemul_cq_push((struct vemul_cq *)q->qp.send_cq, &wc);
+}
+
+/* completes the oldest receive WQE */
+static void vemul_recv_done(struct vemul_qp *q, enum ibv_wc_status status, uint32_t len,
+                            int with_imm, uint32_t imm)
+{
+    struct vemul_rwqe *w = &q->rq[q->rq_head];
+    struct ibv_wc wc;
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id = w->wr_id;
+    wc.status = status;
+    wc.opcode = IBV_WC_RECV;
+    wc.byte_len = len;
+    wc.qp_num = q->qp.qp_num;
+    if (status == IBV_WC_SUCCESS) {
+        wc.src_qp = q->dqpn;
+        wc.slid = q->dlid;
+        if (with_imm) {
+            wc.wc_flags = IBV_WC_WITH_IMM;
+            wc.imm_data = imm;
+        }
+    }
+    vemul_cq_push((struct vemul_cq *)q->qp.recv_cq, &wc);
+    if (w->sges != &w->sge1) free(w->sges);
+    q->rq_head = (q->rq_head + 1) % vemul_rq_size(q);
+    q->rq_count--;
+}
+
+/* Drops every outstanding WR; with cqe, each completes with FLUSH_ERR
+ * (sent unsignaled ones excepted: they were done). */
+static void vemul_drop_all(struct vemul_qp *q, int cqe)
+{
+    unsigned n = vemul_sq_size(q);
+    for (unsigned i = 0; i < q->sq_count; i++) {
+        struct vemul_swqe *e = &q->sq[(q->sq_head + i) % n];
+        if (cqe && i >= q->sq_done) vemul_send_cqe(q, e, IBV_WC_WR_FLUSH_ERR);
+        free(e->data);
+        e->data = NULL;
+    }
+    q->sq_head = q->sq_count = q->sq_done = 0;
+    while (q->rq_count) {
+        if (cqe) {
+            vemul_recv_done(q, IBV_WC_WR_FLUSH_ERR, 0, 0, 0);
+        } else {
+            struct vemul_rwqe *w = &q->rq[q->rq_head];
+            if (w->sges != &w->sge1) free(w->sges);
+            q->rq_head = (q->rq_head + 1) % vemul_rq_size(q);
+            q->rq_count--;
+        }
+    }
+    q->rq_head = 0;
+    q->rx_active = 0;
+}
+
+static void vemul_enter_err(struct vemul_qp *q)
+{
+    q->qp.state = IBV_QPS_ERR;
+    vemul_drop_all(q, 1);
+}
+
+/* the first unsent WR fails with status; the QP goes to ERR */
+static void vemul_send_fail(struct vemul_qp *q, enum ibv_wc_status status)
+{
+    unsigned n = vemul_sq_size(q);
+    struct vemul_swqe *e = &q->sq[(q->sq_head + q->sq_done) % n];
+    vemul_send_cqe(q, e, status);
+    free(e->data);
+    e->data = NULL;
+    q->sq_head = (q->sq_head + q->sq_done + 1) % n;
+    q->sq_count -= q->sq_done + 1;
+    q->sq_done = 0;
+    vemul_enter_err(q);
+}
+
+/* ------------------------------------------------------------ progress */
+
+static void vemul_progress_send(struct vemul_qp *q)
+{
+    unsigned n = vemul_sq_size(q);
+    while (q->qp.state == IBV_QPS_RTS && q->sq_done < q->sq_count) {
+        struct vemul_swqe *e = &q->sq[(q->sq_head + q->sq_done) % n];
+        if (e->status != IBV_WC_SUCCESS) {
+            vemul_send_fail(q, e->status);
+            return;
+        }
+        do { /* one datagram per fragment; at least one (zero-length SEND) */
+            uint32_t flen = e->len - e->sent_off;
+            if (flen > VEMUL_FRAG) flen = VEMUL_FRAG;
+            struct vemul_hdr h;
+            memset(&h, 0, sizeof(h));
+            h.magic = VEMUL_MAGIC;
+            h.version = VEMUL_VERSION;
+            h.opcode = e->opcode;
+            h.src_lid = vemul_ctx(q->qp.context)->lid;
+            h.src_qpn = q->qp.qp_num;
+            h.imm = e->imm;
+            h.total_len = e->len;
+            h.frag_off = e->sent_off;
+            struct iovec iov[2] = {{&h, sizeof(h)}, {e->data ? e->data + e->sent_off : NULL, flen}};
+            struct msghdr m;
+            memset(&m, 0, sizeof(m));
+            m.msg_name = &q->peer;
+            m.msg_namelen = q->peer_len;
+            m.msg_iov = iov;
+            m.msg_iovlen = flen ? 2 : 1;
+            if (sendmsg(q->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+                if (errno == EINTR) continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+                    return; /* the peer's queue is full: retried later, in order */
+                vemul_send_fail(q, errno == ECONNREFUSED || errno == ENOENT
+                                       ? IBV_WC_RETRY_EXC_ERR /* the peer QP is gone */
+                                       : IBV_WC_GENERAL_ERR);
+                return;
+            }
+            e->sent_off += flen;
+        } while (e->sent_off < e->len);
+        free(e->data);
+        e->data = NULL;
+        if (e->signaled) {
+            vemul_send_cqe(q, e, IBV_WC_SUCCESS);
+            /* frees its slot and those of the unsignaled WRs before it */
+            q->sq_head = (q->sq_head + q->sq_done + 1) % n;
+            q->sq_count -= q->sq_done + 1;
+            q->sq_done = 0;
+        } else {
+            q->sq_done++;
+        }
+    }
+}
+
+static void vemul_discard_incoming(struct vemul_qp *q)
+{
+    uint8_t b;
+    for (int i = 0; i < 4096; i++)
+        if (recv(q->fd, &b, sizeof(b), MSG_DONTWAIT) < 0 && errno != EINTR) break;
+}
+
+/* 0 when the SGEs of w that hold len bytes name registered, locally
+ * writable memory */
+static int vemul_rwqe_ok(struct vemul_qp *q, const struct vemul_rwqe *w, uint32_t len)
+{
+    struct vemul_context *vc = vemul_ctx(q->qp.context);
+    uint64_t covered = 0;
+    for (int i = 0; i < w->num_sge && covered < len; i++) {
+        if (w->sges[i].length &&
+            vemul_sge_ok(vc, q->qp.pd, &w->sges[i], IBV_ACCESS_LOCAL_WRITE))
+            return -1;
+        covered += w->sges[i].length;
+    }
+    return 0;
+}
+
+static uint64_t vemul_rwqe_capacity(const struct vemul_rwqe *w)
+{
+    uint64_t c = 0;
+    for (int i = 0; i < w->num_sge; i++) c += w->sges[i].length;
+    return c;
+}
+
+static void vemul_scatter(const struct vemul_rwqe *w, uint32_t off, const uint8_t *src,
+                          uint32_t len)
+{
+    for (int i = 0; i < w->num_sge && len; i++) {
+        uint32_t l = w->sges[i].length;
+        if (off >= l) {
+            off -= l;
+            continue;
+        }
+        uint32_t c = l - off < len ? l - off : len;
+        memcpy((uint8_t *)(uintptr_t)w->sges[i].addr + off, src, c);
+        src += c;
+        len -= c;
+        off = 0;
+    }
+}
+
+static void vemul_progress_recv(struct vemul_qp *q)
+{
+    struct vemul_context *vc = vemul_ctx(q->qp.context);
+    if (q->qp.state == IBV_QPS_RESET || q->qp.state == IBV_QPS_INIT)
+        return; /* datagrams wait in the socket until RTR */
+    for (;;) {
+        if (q->qp.state == IBV_QPS_ERR) {
+            vemul_discard_incoming(q);
+            return;
+        }
+        /* no receive posted (RNR): the datagram stays in the socket, in
+         * order, and the sender's later datagrams wait behind it */
+        if (!q->rx_active && !q->rq_count) return;
+
+        struct vemul_hdr h;
+        struct iovec iov[2] = {{&h, sizeof(h)}, {vc->scratch, VEMUL_FRAG}};
+        struct msghdr m;
+        memset(&m, 0, sizeof(m));
+        m.msg_iov = iov;
+        m.msg_iovlen = 2;
+        ssize_t r = recvmsg(q->fd, &m, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        if ((size_t)r < sizeof(h) || (m.msg_flags & MSG_TRUNC) || h.magic != VEMUL_MAGIC ||
+            h.version != VEMUL_VERSION ||
+            (h.opcode != VEMUL_OP_SEND && h.opcode != VEMUL_OP_SEND_IMM) ||
+            h.total_len > VEMUL_MAX_MSG || h.frag_off > h.total_len ||
+            (uint32_t)((size_t)r - sizeof(h)) > h.total_len - h.frag_off) {
+            q->dropped++; /* garbage */
+            continue;
+        }
+        if (h.src_lid != q->dlid || h.src_qpn != q->dqpn) {
+            q->dropped++; /* not from the connected peer */
+            continue;
+        }
+        uint32_t flen = (uint32_t)((size_t)r - sizeof(h));
+        if (h.frag_off == 0) {
+            /* a new message (one cut short before, if any, is abandoned) */
+            if (vemul_rwqe_capacity(&q->rq[q->rq_head]) < h.total_len) {
+                vemul_recv_done(q, IBV_WC_LOC_LEN_ERR, 0, 0, 0);
+                vemul_enter_err(q);
+                return;
+            }
+            q->rx_active = 1;
+            q->rx_total = h.total_len;
+            q->rx_off = 0;
+            q->rx_imm = h.imm;
+            q->rx_opcode = h.opcode;
+        } else if (!q->rx_active || h.frag_off != q->rx_off) {
+            q->dropped++;
+            continue;
+        }
+        struct vemul_rwqe *w = &q->rq[q->rq_head];
+        if (vemul_rwqe_ok(q, w, q->rx_total)) {
+            q->rx_active = 0;
+            vemul_recv_done(q, IBV_WC_LOC_PROT_ERR, 0, 0, 0);
+            vemul_enter_err(q);
+            return;
+        }
+        vemul_scatter(w, q->rx_off, vc->scratch, flen);
+        q->rx_off += flen;
+        if (q->rx_off == q->rx_total) {
+            q->rx_active = 0;
+            vemul_recv_done(q, IBV_WC_SUCCESS, q->rx_total, q->rx_opcode == VEMUL_OP_SEND_IMM,
+                            q->rx_imm);
+        }
+    }
+}
+
+void vemul_qp_progress(struct vemul_qp *q, struct vemul_cq *cq)
+{
+    if (q->qp.send_cq == &cq->cq) vemul_progress_send(q);
+    if (q->qp.recv_cq == &cq->cq) vemul_progress_recv(q);
+}
+
+/* ------------------------------------------------------------ create / destroy */
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+    struct vemul_context *vc = vemul_ctx(pd->context);
+    if (vemul_fail("create_qp")) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    struct ibv_qp_cap *cap = &attr->cap;
+    if (attr->qp_type != IBV_QPT_RC || attr->srq || !attr->send_cq || !attr->recv_cq ||
+        attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context ||
+        cap->max_send_wr > VEMUL_MAX_WR || cap->max_recv_wr > VEMUL_MAX_WR ||
+        cap->max_send_sge > VEMUL_MAX_SGE || cap->max_recv_sge > VEMUL_MAX_SGE ||
+        cap->max_inline_data > VEMUL_MAX_INLINE) {
+        errno = EINVAL;
+        return NULL;
+    }
+    struct vemul_qp *q = calloc(1, sizeof(*q));
+    if (!q) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    q->fd = -1;
+    q->cap = *cap;
+    if (!q->cap.max_send_sge) q->cap.max_send_sge = 1;
+    if (!q->cap.max_recv_sge) q->cap.max_recv_sge = 1;
+    q->cap.max_inline_data = VEMUL_MAX_INLINE;
+    q->sq = calloc(vemul_sq_size(q), sizeof(*q->sq));
+    q->rq = calloc(vemul_rq_size(q), sizeof(*q->rq));
+    if (!q->sq || !q->rq) goto err_nomem;
+
+    q->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (q->fd < 0) goto err_errno;
+    uint32_t qpn = 0;
+    for (int tries = 0;; tries++) {
+        struct sockaddr_un sa;
+        qpn = vemul_random() & 0xffffff;
+        if (qpn < 2) continue; /* QP0 and QP1 are special */
+        socklen_t len = vemul_addr(&sa, vc->lid, qpn);
+        if (bind(q->fd, (struct sockaddr *)&sa, len) == 0) break;
+        if (errno != EADDRINUSE || tries == 1000) goto err_errno;
+    }
+
+    q->sq_sig_all = attr->sq_sig_all;
+    q->qp.context = pd->context;
+    q->qp.qp_context = attr->qp_context;
+    q->qp.pd = pd;
+    q->qp.send_cq = attr->send_cq;
+    q->qp.recv_cq = attr->recv_cq;
+    q->qp.handle = qpn;
+    q->qp.qp_num = qpn;
+    q->qp.state = IBV_QPS_RESET;
+    q->qp.qp_type = IBV_QPT_RC;
+    pthread_mutex_init(&q->qp.mutex, NULL);
+    pthread_cond_init(&q->qp.cond, NULL);
+    *cap = q->cap;
+
+    pthread_mutex_lock(&vc->lock);
+    q->next = vc->qps;
+    vc->qps = q;
+    vc->nqp++;
+    ((struct vemul_cq *)attr->send_cq)->nqp++;
+    ((struct vemul_cq *)attr->recv_cq)->nqp++;
+    ((struct vemul_pd *)pd)->nqp++;
+    pthread_mutex_unlock(&vc->lock);
+    return &q->qp;
+
+err_nomem:
+    errno = ENOMEM;
+err_errno: {
+    int e = errno;
+    if (q->fd >= 0) close(q->fd);
+    free(q->sq);
+    free(q->rq);
+    free(q);
+    errno = e;
+    return NULL;
+}
+}
+
+void vemul_qp_free(struct vemul_qp *q)
+{
+    vemul_drop_all(q, 0);
+    close(q->fd);
+    pthread_mutex_destroy(&q->qp.mutex);
+    pthread_cond_destroy(&q->qp.cond);
+    free(q->sq);
+    free(q->rq);
+    free(q);
+}
+
+/* Closes the socket (the peer's sends then fail with RETRY_EXC_ERR); the
+ * QP's completions already in its CQs stay there. */
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+    struct vemul_context *vc = vemul_ctx(qp->context);
+    struct vemul_qp *q = (struct vemul_qp *)qp;
+    pthread_mutex_lock(&vc->lock);
+    struct vemul_qp **pp = &vc->qps;
+    while (*pp && *pp != q) pp = &(*pp)->next;
+    if (!*pp) {
+        pthread_mutex_unlock(&vc->lock);
+        return EINVAL;
+    }
+    *pp = q->next;
+    vc->nqp--;
+    ((struct vemul_cq *)qp->send_cq)->nqp--;
+    ((struct vemul_cq *)qp->recv_cq)->nqp--;
+    ((struct vemul_pd *)qp->pd)->nqp--;
+    pthread_mutex_unlock(&vc->lock);
+    vemul_qp_free(q);
+    return 0;
+}
+
+/* ------------------------------------------------------------ modify */
+
+#define VEMUL_RTR_REQ                                                                         \
+    (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |                          \
+     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
+#define VEMUL_RTS_REQ                                                                         \
+    (IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |                   \
+     IBV_QP_MAX_QP_RD_ATOMIC)
+
+static int vemul_modify(struct vemul_qp *q, struct ibv_qp_attr *a, int mask)
+{
+    if (!(mask & IBV_QP_STATE)) return EINVAL; /* attribute-only changes: not emulated */
+    enum ibv_qp_state cur = q->qp.state, to = a->qp_state;
+    if ((mask & IBV_QP_CUR_STATE) && a->cur_qp_state != cur) return EINVAL;
+    int req = 0, opt = 0;
+    const char *fault = NULL;
+    if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
+        /* from any state, nothing else */
+    } else if (cur == IBV_QPS_RESET && to == IBV_QPS_INIT) {
+        req = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+        fault = "modify_qp_init";
+    } else if (cur == IBV_QPS_INIT && to == IBV_QPS_INIT) {
+        opt = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    } else if (cur == IBV_QPS_INIT && to == IBV_QPS_RTR) {
+        req = VEMUL_RTR_REQ;
+        opt = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX;
+        fault = "modify_qp_rtr";
+    } else if (cur == IBV_QPS_RTR && to == IBV_QPS_RTS) {
+        req = VEMUL_RTS_REQ;
+        opt = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
+              IBV_QP_PATH_MIG_STATE;
+        fault = "modify_qp_rts";
+    } else if (cur == IBV_QPS_RTS && to == IBV_QPS_RTS) {
+        opt = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
+              IBV_QP_PATH_MIG_STATE;
+    } else {
+        return EINVAL;
+    }
+    if ((mask & req) != req || (mask & ~(req | opt | IBV_QP_STATE | IBV_QP_CUR_STATE)))
+        return EINVAL;
+    if (fault && vemul_fail(fault)) return EIO;
+
+    if ((mask & IBV_QP_PORT) && a->port_num != 1) return EINVAL;
+    if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0) return EINVAL;
+    if ((mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096))
+        return EINVAL;
+    if ((mask & IBV_QP_DEST_QPN) && a->dest_qp_num > 0xffffff) return EINVAL;
+    if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > VEMUL_MAX_RD_ATOM)
+        return EINVAL;
+    if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > VEMUL_MAX_RD_ATOM) return EINVAL;
+    if ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31) return EINVAL;
+    if ((mask & IBV_QP_TIMEOUT) && a->timeout > 31) return EINVAL;
+    if ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7) return EINVAL;
+    if ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7) return EINVAL;
+    uint16_t dlid = 0;
+    if (mask & IBV_QP_AV) {
+        dlid = a->ah_attr.is_global ? verbs_emul_lid_of_gid(&a->ah_attr.grh.dgid)
+                                    : a->ah_attr.dlid;
+        if (!dlid) return EINVAL;
+    }
+
+    switch (to) {
+    case IBV_QPS_RESET:
+        vemul_drop_all(q, 0);
+        vemul_discard_incoming(q);
+        q->dlid = 0;
+        q->dqpn = 0;
+        break;
+    case IBV_QPS_ERR:
+        vemul_enter_err(q);
+        break;
+    case IBV_QPS_RTR:
+        q->dlid = dlid;
+        q->dqpn = a->dest_qp_num;
+        q->peer_len = vemul_addr(&q->peer, dlid, a->dest_qp_num);
+        break;
+    default:
+        break;
+    }
+    q->qp.state = to;
+    return 0;
+}
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+    struct vemul_context *vc = vemul_ctx(qp->context);
+    pthread_mutex_lock(&vc->lock);
+    int ret = vemul_modify((struct vemul_qp *)qp, attr, attr_mask);
+    pthread_mutex_unlock(&vc->lock);
+    return ret;
+}
+
+/* ------------------------------------------------------------ post */
+
+static int vemul_post_send_one(struct vemul_qp *q, const struct ibv_send_wr *wr)
+{
+    struct vemul_context *vc = vemul_ctx(q->qp.context);
+    if (q->qp.state == IBV_QPS_ERR) {
+        struct vemul_swqe e = {.wr_id = wr->wr_id};
+        vemul_send_cqe(q, &e, IBV_WC_WR_FLUSH_ERR);
+        return 0;
+    }
+    if (q->qp.state != IBV_QPS_RTS) return EINVAL;
+    if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) return EINVAL;
+    if (wr->num_sge < 0 || (unsigned)wr->num_sge > q->cap.max_send_sge) return EINVAL;
+    uint64_t len = 0;
+    for (int i = 0; i < wr->num_sge; i++) len += wr->sg_list[i].length;
+    if (len > VEMUL_MAX_MSG) return EINVAL;
+    int inl = !!(wr->send_flags & IBV_SEND_INLINE);
+    if (inl && len > q->cap.max_inline_data) return EINVAL;
+    if (q->sq_count >= q->cap.max_send_wr) return ENOMEM;
+
+    struct vemul_swqe *e = &q->sq[(q->sq_head + q->sq_count) % vemul_sq_size(q)];
+    memset(e, 0, sizeof(*e));
+    e->wr_id = wr->wr_id;
+    e->len = (uint32_t)len;
+    e->opcode = wr->opcode == IBV_WR_SEND_WITH_IMM ? VEMUL_OP_SEND_IMM : VEMUL_OP_SEND;
+    e->imm = wr->opcode == IBV_WR_SEND_WITH_IMM ? wr->imm_data : 0;
+    e->signaled = q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+    e->status = IBV_WC_SUCCESS;
+    for (int i = 0; !inl && i < wr->num_sge; i++)
+        if (wr->sg_list[i].length && vemul_sge_ok(vc, q->qp.pd, &wr->sg_list[i], 0))
+            e->status = IBV_WC_LOC_PROT_ERR; /* completes so when it comes up */
+    if (len && e->status == IBV_WC_SUCCESS) {
+        e->data = malloc(len);
+        if (!e->data) return ENOMEM;
+        uint8_t *p = e->data;
+        for (int i = 0; i < wr->num_sge; i++) {
+            memcpy(p, (const void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+            p += wr->sg_list[i].length;
+        }
+    }
+    q->sq_count++;
+    return 0;
+}
+
+int vemul_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+    struct vemul_context *vc = vemul_ctx(qp->context);
+    struct vemul_qp *q = (struct vemul_qp *)qp;
+    int ret = 0;
+    pthread_mutex_lock(&vc->lock);
+    for (; wr; wr = wr->next) {
+        ret = vemul_post_send_one(q, wr);
+        if (ret) {
+            if (bad_wr) *bad_wr = wr;
+            break;
+        }
+    }
+    vemul_progress_send(q);
+    pthread_mutex_unlock(&vc->lock);
+    return ret;
+}
+
+static int vemul_post_recv_one(struct vemul_qp *q, const struct ibv_recv_wr *wr)
+{
+    if (q->qp.state == IBV_QPS_RESET) return EINVAL;
+    if (wr->num_sge < 0 || (unsigned)wr->num_sge > q->cap.max_recv_sge) return EINVAL;
+    if (q->qp.state == IBV_QPS_ERR) {
+        struct ibv_wc wc;
+        memset(&wc, 0, sizeof(wc));
+        wc.wr_id = wr->wr_id;
+        wc.status = IBV_WC_WR_FLUSH_ERR;
+        wc.opcode = IBV_WC_RECV;
+        wc.qp_num = q->qp.qp_num;
+        vemul_cq_push((struct vemul_cq *)q->qp.recv_cq, &wc);
+        return 0;
+    }
+    if (q->rq_count >= q->cap.max_recv_wr) return ENOMEM;
+    struct vemul_rwqe *w = &q->rq[(q->rq_head + q->rq_count) % vemul_rq_size(q)];
+    w->wr_id = wr->wr_id;
+    w->num_sge = wr->num_sge;
+    w->sges = &w->sge1;
+    if (wr->num_sge > 1) {
+        w->sges = malloc((size_t)wr->num_sge * sizeof(*w->sges));
+        if (!w->sges) return ENOMEM;
+    }
+    if (wr->num_sge) memcpy(w->sges, wr->sg_list, (size_t)wr->num_sge * sizeof(*w->sges));
+    q->rq_count++;
+    return 0;
+}
+
+int vemul_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+    struct vemul_context *vc = vemul_ctx(qp->context);
+    struct vemul_qp *q = (struct vemul_qp *)qp;
+    int ret = 0;
+    pthread_mutex_lock(&vc->lock);
+    for (; wr; wr = wr->next) {
+        ret = vemul_post_recv_one(q, wr);
+        if (ret) {
+            if (bad_wr) *bad_wr = wr;
+            break;
+        }
+    }
+    vemul_progress_recv(q); /* delivers what waited for a receive (RNR) */
+    pthread_mutex_unlock(&vc->lock);
+    return ret;
+}
+
+unsigned long verbs_emul_qp_dropped(struct ibv_qp *qp)
+{
+    struct vemul_context *vc = vemul_ctx(qp->context);
+    pthread_mutex_lock(&vc->lock);
+    unsigned long n = ((struct vemul_qp *)qp)->dropped;
+    pthread_mutex_unlock(&vc->lock);
+    return n;
+}

@@ -1,0 +1,1092 @@
+/*
+ * test_verbs_emul.c - the software HCA (test/verbs_emul) against the verbs
+ * semantics the openib plugin relies on: RC QPs between two processes
+ * (fork; addresses exchanged over a socketpair) and between two contexts of
+ * one process (loopback), their state machine, posting limits, completions
+ * and errors, and the environment controls.
+ *
+ * Checks inside forked children print the failed expression and _exit(1);
+ * the test asserts both children exited with 0. Every wait is bounded by
+ * a deadline (DEADLINE_MS) so that nothing hangs.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <infiniband/verbs.h>
+
+#include "verbs_emul.h"
+
+#define DEADLINE_MS 5000
+#define MAX_MSG (1u << 20)
+
+static int in_child;
+
+static void ck_fail(const char *what, const char *file, int line)
+{
+    if (in_child) {
+        fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(), file, line, what);
+        _exit(1);
+    }
+    fail_msg("%s:%d: check failed: %s", file, line, what);
+}
+#define CK(c)                                                                                 \
+    do {                                                                                      \
+        if (!(c)) ck_fail(#c, __FILE__, __LINE__);                                            \
+    } while (0)
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------ endpoints */
+
+struct cfg {
+    unsigned max_send, max_recv;
+    int cqe, sig_all;
+    size_t buflen;
+};
+static const struct cfg cfg_default = {64, 64, 256, 0, 2 * MAX_MSG + 4096};
+
+/* one context, PD, CQ (send and receive), RC QP and MR over buf */
+struct ep {
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+    struct ibv_mr *mr;
+    uint8_t *buf;
+    size_t len;
+    uint16_t lid;
+};
+
+static void ep_open(struct ep *e, const struct cfg *c)
+{
+    int n = -1;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    CK(list && n >= 1);
+    memset(e, 0, sizeof(*e));
+    e->ctx = ibv_open_device(list[0]);
+    ibv_free_device_list(list);
+    CK(e->ctx);
+    struct ibv_port_attr pa;
+    CK(ibv_query_port(e->ctx, 1, &pa) == 0);
+    e->lid = pa.lid;
+    e->pd = ibv_alloc_pd(e->ctx);
+    CK(e->pd);
+    e->cq = ibv_create_cq(e->ctx, c->cqe, NULL, NULL, 0);
+    CK(e->cq);
+    struct ibv_qp_init_attr ia = {
+        .send_cq = e->cq,
+        .recv_cq = e->cq,
+        .cap = {.max_send_wr = c->max_send, .max_recv_wr = c->max_recv, .max_send_sge = 4,
+                .max_recv_sge = 4, .max_inline_data = 64},
+        .qp_type = IBV_QPT_RC,
+        .sq_sig_all = c->sig_all,
+    };
+    e->qp = ibv_create_qp(e->pd, &ia);
+    CK(e->qp);
+    CK(ia.cap.max_inline_data >= 64);
+    e->len = c->buflen;
+    e->buf = calloc(1, e->len);
+    CK(e->buf);
+    e->mr = ibv_reg_mr(e->pd, e->buf, e->len, IBV_ACCESS_LOCAL_WRITE);
+    CK(e->mr);
+}
+
+static void ep_close(struct ep *e)
+{
+    if (e->qp) CK(ibv_destroy_qp(e->qp) == 0);
+    CK(ibv_dereg_mr(e->mr) == 0);
+    CK(ibv_destroy_cq(e->cq) == 0);
+    CK(ibv_dealloc_pd(e->pd) == 0);
+    CK(ibv_close_device(e->ctx) == 0);
+    free(e->buf);
+}
+
+static int to_init(struct ibv_qp *qp)
+{
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+                            .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
+    return ibv_modify_qp(qp, &a,
+                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+static const int rtr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+static const int rts_mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                            IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+
+static int to_rtr(struct ibv_qp *qp, uint16_t dlid, uint32_t dqpn, int mask)
+{
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096,
+                            .dest_qp_num = dqpn, .rq_psn = 0, .max_dest_rd_atomic = 1,
+                            .min_rnr_timer = 12,
+                            .ah_attr = {.dlid = dlid, .port_num = 1}};
+    return ibv_modify_qp(qp, &a, mask);
+}
+
+static int to_rts(struct ibv_qp *qp, int mask)
+{
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
+                            .rnr_retry = 7, .sq_psn = 0, .max_rd_atomic = 1};
+    return ibv_modify_qp(qp, &a, mask);
+}
+
+static void ep_connect(struct ep *e, uint16_t dlid, uint32_t dqpn)
+{
+    CK(to_init(e->qp) == 0);
+    CK(e->qp->state == IBV_QPS_INIT);
+    CK(to_rtr(e->qp, dlid, dqpn, rtr_mask) == 0);
+    CK(to_rts(e->qp, rts_mask) == 0);
+    CK(e->qp->state == IBV_QPS_RTS);
+}
+
+/* two endpoints of this process (two contexts), connected to each other */
+static void pair_open(struct ep *a, struct ep *b, const struct cfg *c)
+{
+    ep_open(a, c);
+    ep_open(b, c);
+    ep_connect(a, b->lid, b->qp->qp_num);
+    ep_connect(b, a->lid, a->qp->qp_num);
+}
+
+/* ------------------------------------------------------------ posting and polling */
+
+static void fill(uint8_t *p, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++) p[i] = (uint8_t)(seed * 31 + i * 7 + (i >> 8));
+}
+
+static int check(const uint8_t *p, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != (uint8_t)(seed * 31 + i * 7 + (i >> 8))) return -1;
+    return 0;
+}
+
+static int post_send_ex(struct ep *e, uint64_t wr_id, size_t off, uint32_t len, unsigned flags,
+                        enum ibv_wr_opcode op, uint32_t imm, uint32_t lkey)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)(e->buf + off), .length = len, .lkey = lkey};
+    struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = op,
+                             .send_flags = flags, .imm_data = imm};
+    struct ibv_send_wr *bad = NULL;
+    int ret = ibv_post_send(e->qp, &wr, &bad);
+    CK(ret ? bad == &wr : bad == NULL);
+    return ret;
+}
+
+static int post_send(struct ep *e, uint64_t wr_id, size_t off, uint32_t len, unsigned flags)
+{
+    return post_send_ex(e, wr_id, off, len, flags, IBV_WR_SEND, 0, e->mr->lkey);
+}
+
+static int post_recv_ex(struct ep *e, uint64_t wr_id, size_t off, uint32_t len, uint32_t lkey)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)(e->buf + off), .length = len, .lkey = lkey};
+    struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1};
+    struct ibv_recv_wr *bad = NULL;
+    int ret = ibv_post_recv(e->qp, &wr, &bad);
+    CK(ret ? bad == &wr : bad == NULL);
+    return ret;
+}
+
+static int post_recv(struct ep *e, uint64_t wr_id, size_t off, uint32_t len)
+{
+    return post_recv_ex(e, wr_id, off, len, e->mr->lkey);
+}
+
+/* polls until n completions or the deadline; returns how many */
+static int poll_n(struct ep *e, struct ibv_wc *wc, int n)
+{
+    int got = 0;
+    int64_t end = now_ms() + DEADLINE_MS;
+    while (got < n && now_ms() < end) {
+        int r = ibv_poll_cq(e->cq, n - got, wc + got);
+        CK(r >= 0);
+        got += r;
+    }
+    return got;
+}
+
+static struct ibv_wc poll1(struct ep *e)
+{
+    struct ibv_wc wc;
+    CK(poll_n(e, &wc, 1) == 1);
+    return wc;
+}
+
+/* polls for ms and expects nothing */
+static void poll_none(struct ep *e, int ms)
+{
+    struct ibv_wc wc;
+    int64_t end = now_ms() + ms;
+    while (now_ms() < end) CK(ibv_poll_cq(e->cq, 1, &wc) == 0);
+}
+
+/* polls two endpoints alternately until a has n completions */
+static int poll_both(struct ep *a, struct ibv_wc *wc, int n, struct ep *b)
+{
+    int got = 0;
+    int64_t end = now_ms() + DEADLINE_MS;
+    struct ibv_wc other[16];
+    while (got < n && now_ms() < end) {
+        int r = ibv_poll_cq(a->cq, n - got, wc + got);
+        CK(r >= 0);
+        got += r;
+        CK(ibv_poll_cq(b->cq, 16, other) == 0); /* b expects nothing meanwhile */
+    }
+    return got;
+}
+
+#define RECV_OFF (MAX_MSG + 4096) /* receive half of an endpoint's buffer */
+
+/* ------------------------------------------------------------ two processes */
+
+static void sock_put(int fd, uint32_t v)
+{
+    CK(write(fd, &v, sizeof(v)) == (ssize_t)sizeof(v));
+}
+
+static uint32_t sock_get(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CK(poll(&p, 1, DEADLINE_MS) == 1);
+    uint32_t v;
+    CK(read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v));
+    return v;
+}
+
+typedef void role_fn(struct ep *e, int sock);
+
+static void role_run(role_fn *role, int sock, const struct cfg *c)
+{
+    in_child = 1;
+    alarm(30); /* a backstop only: every wait has its own deadline */
+    struct ep e;
+    ep_open(&e, c);
+    sock_put(sock, e.lid);
+    sock_put(sock, e.qp->qp_num);
+    uint16_t dlid = (uint16_t)sock_get(sock);
+    uint32_t dqpn = sock_get(sock);
+    ep_connect(&e, dlid, dqpn);
+    role(&e, sock);
+    ep_close(&e);
+    exit(0); /* not _exit: LeakSanitizer checks the child too */
+}
+
+/* runs a and b in two processes with connected QPs; both must exit 0 */
+static void run_pair(role_fn *a, role_fn *b, const struct cfg *c)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    fflush(NULL);
+    pid_t pa = fork();
+    assert_true(pa >= 0);
+    if (pa == 0) {
+        close(sv[1]);
+        role_run(a, sv[0], c);
+    }
+    pid_t pb = fork();
+    assert_true(pb >= 0);
+    if (pb == 0) {
+        close(sv[0]);
+        role_run(b, sv[1], c);
+    }
+    close(sv[0]);
+    close(sv[1]);
+    int sa, sb;
+    assert_int_equal(waitpid(pa, &sa, 0), pa);
+    assert_int_equal(waitpid(pb, &sb, 0), pb);
+    assert_true(WIFEXITED(sa) && WEXITSTATUS(sa) == 0);
+    assert_true(WIFEXITED(sb) && WEXITSTATUS(sb) == 0);
+}
+
+static const uint32_t pp_sizes[] = {0, 1, 7, 64, 4096, 65535, 65536, 65537, 200000, MAX_MSG};
+#define NSIZES (sizeof(pp_sizes) / sizeof(pp_sizes[0]))
+
+static void pingpong_a(struct ep *e, int sock)
+{
+    for (unsigned i = 0; i < NSIZES; i++) {
+        uint32_t len = pp_sizes[i];
+        CK(post_recv(e, 100 + i, RECV_OFF, MAX_MSG) == 0);
+        fill(e->buf, len, i);
+        CK(post_send(e, i, 0, len, IBV_SEND_SIGNALED) == 0);
+        struct ibv_wc wc[2];
+        CK(poll_n(e, wc, 2) == 2);
+        for (int k = 0; k < 2; k++) {
+            CK(wc[k].status == IBV_WC_SUCCESS);
+            CK(wc[k].qp_num == e->qp->qp_num);
+            CK(wc[k].vendor_err == 0);
+            if (wc[k].opcode == IBV_WC_SEND) {
+                CK(wc[k].wr_id == i);
+            } else {
+                CK(wc[k].opcode == IBV_WC_RECV);
+                CK(wc[k].wr_id == 100 + i);
+                CK(wc[k].byte_len == len);
+                CK(wc[k].wc_flags == 0);
+                CK(check(e->buf + RECV_OFF, len, i + 1000) == 0);
+            }
+        }
+        CK(wc[0].opcode != wc[1].opcode);
+    }
+}
+
+static void pingpong_b(struct ep *e, int sock)
+{
+    for (unsigned i = 0; i < NSIZES; i++) {
+        uint32_t len = pp_sizes[i];
+        CK(post_recv(e, 100 + i, RECV_OFF, MAX_MSG) == 0);
+        struct ibv_wc wc = poll1(e);
+        CK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV);
+        CK(wc.wr_id == 100 + i && wc.byte_len == len);
+        CK(check(e->buf + RECV_OFF, len, i) == 0);
+        fill(e->buf, len, i + 1000);
+        CK(post_send(e, i, 0, len, IBV_SEND_SIGNALED) == 0);
+        wc = poll1(e);
+        CK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND && wc.wr_id == i);
+    }
+}
+
+static void test_pingpong(void **state)
+{
+    run_pair(pingpong_a, pingpong_b, &cfg_default);
+}
+
+#define NORDER 1000
+
+static void order_a(struct ep *e, int sock)
+{
+    unsigned posted = 0, done = 0;
+    int64_t end = now_ms() + DEADLINE_MS;
+    while (done < NORDER) {
+        CK(now_ms() < end);
+        while (posted < NORDER && posted - done < 64) {
+            size_t off = (posted % 64) * 64;
+            uint32_t len = 4 + posted % 50;
+            memcpy(e->buf + off, &posted, 4);
+            fill(e->buf + off + 4, len - 4, posted);
+            CK(post_send(e, posted, off, len, IBV_SEND_SIGNALED) == 0);
+            posted++;
+        }
+        struct ibv_wc wc[16];
+        int n = ibv_poll_cq(e->cq, 16, wc);
+        CK(n >= 0);
+        for (int k = 0; k < n; k++) {
+            CK(wc[k].status == IBV_WC_SUCCESS && wc[k].opcode == IBV_WC_SEND);
+            CK(wc[k].wr_id == done); /* send completions in order too */
+            done++;
+        }
+    }
+}
+
+static void order_b(struct ep *e, int sock)
+{
+    for (unsigned i = 0; i < 64; i++) CK(post_recv(e, i, RECV_OFF + i * 64, 64) == 0);
+    unsigned got = 0;
+    int64_t end = now_ms() + DEADLINE_MS;
+    while (got < NORDER) {
+        CK(now_ms() < end);
+        struct ibv_wc wc[16];
+        int n = ibv_poll_cq(e->cq, 16, wc);
+        CK(n >= 0);
+        for (int k = 0; k < n; k++) {
+            CK(wc[k].status == IBV_WC_SUCCESS && wc[k].opcode == IBV_WC_RECV);
+            unsigned slot = (unsigned)wc[k].wr_id;
+            CK(slot == got % 64); /* receive WQEs are consumed in order */
+            uint8_t *p = e->buf + RECV_OFF + slot * 64;
+            uint32_t seq;
+            memcpy(&seq, p, 4);
+            CK(seq == got);
+            CK(wc[k].byte_len == 4 + seq % 50);
+            CK(check(p + 4, wc[k].byte_len - 4, seq) == 0);
+            got++;
+            if (got + 63 < NORDER) CK(post_recv(e, slot, RECV_OFF + slot * 64, 64) == 0);
+        }
+    }
+}
+
+static void test_inorder_1000(void **state)
+{
+    struct cfg c = cfg_default;
+    c.max_recv = 128;
+    run_pair(order_a, order_b, &c);
+}
+
+static void imm_a(struct ep *e, int sock)
+{
+    fill(e->buf, 100, 7);
+    CK(post_send_ex(e, 1, 0, 100, IBV_SEND_SIGNALED, IBV_WR_SEND_WITH_IMM, htonl(0x12345678),
+                    e->mr->lkey) == 0);
+    CK(post_send_ex(e, 2, 0, 0, IBV_SEND_SIGNALED, IBV_WR_SEND_WITH_IMM, htonl(0xdeadbeef),
+                    e->mr->lkey) == 0);
+    CK(post_send(e, 3, 0, 10, IBV_SEND_SIGNALED) == 0);
+    struct ibv_wc wc[3];
+    CK(poll_n(e, wc, 3) == 3);
+    for (int k = 0; k < 3; k++) CK(wc[k].status == IBV_WC_SUCCESS && wc[k].wr_id == (uint64_t)k + 1);
+    CK(sock_get(sock) == 1); /* b saw them: then both close */
+}
+
+static void imm_b(struct ep *e, int sock)
+{
+    for (int i = 0; i < 3; i++) CK(post_recv(e, i, RECV_OFF + i * 128, 128) == 0);
+    struct ibv_wc wc[3];
+    CK(poll_n(e, wc, 3) == 3);
+    CK(wc[0].status == IBV_WC_SUCCESS && wc[0].byte_len == 100);
+    CK(wc[0].wc_flags & IBV_WC_WITH_IMM);
+    CK(ntohl(wc[0].imm_data) == 0x12345678);
+    CK(check(e->buf + RECV_OFF, 100, 7) == 0);
+    CK(wc[0].src_qp != 0 && wc[0].qp_num == e->qp->qp_num);
+    CK(wc[1].status == IBV_WC_SUCCESS && wc[1].byte_len == 0);
+    CK((wc[1].wc_flags & IBV_WC_WITH_IMM) && ntohl(wc[1].imm_data) == 0xdeadbeef);
+    CK(wc[2].status == IBV_WC_SUCCESS && wc[2].byte_len == 10);
+    CK(!(wc[2].wc_flags & IBV_WC_WITH_IMM));
+    sock_put(sock, 1);
+}
+
+static void test_send_with_imm(void **state)
+{
+    run_pair(imm_a, imm_b, &cfg_default);
+}
+
+/* a sends before b posted a receive (RNR): held, delivered once posted */
+static void rnr_a(struct ep *e, int sock)
+{
+    for (unsigned i = 0; i < 3; i++) {
+        fill(e->buf + i * 1000, 1000, i + 50);
+        CK(post_send(e, i, i * 1000, 1000, IBV_SEND_SIGNALED) == 0);
+    }
+    struct ibv_wc wc[3];
+    CK(poll_n(e, wc, 3) == 3);
+    for (int k = 0; k < 3; k++) CK(wc[k].status == IBV_WC_SUCCESS);
+    sock_put(sock, 1); /* all sent */
+    CK(sock_get(sock) == 2);
+}
+
+static void rnr_b(struct ep *e, int sock)
+{
+    CK(sock_get(sock) == 1);
+    poll_none(e, 20); /* nothing without a receive */
+    for (unsigned i = 0; i < 3; i++) CK(post_recv(e, i, RECV_OFF + i * 1000, 1000) == 0);
+    struct ibv_wc wc[3];
+    CK(poll_n(e, wc, 3) == 3);
+    for (unsigned k = 0; k < 3; k++) {
+        CK(wc[k].status == IBV_WC_SUCCESS && wc[k].wr_id == k && wc[k].byte_len == 1000);
+        CK(check(e->buf + RECV_OFF + k * 1000, 1000, k + 50) == 0);
+    }
+    sock_put(sock, 2);
+}
+
+static void test_rnr_hold(void **state)
+{
+    run_pair(rnr_a, rnr_b, &cfg_default);
+}
+
+/* a 100-byte SEND into a 16-byte receive: LOC_LEN_ERR, the QP goes to ERR */
+static void len_a(struct ep *e, int sock)
+{
+    CK(post_send(e, 1, 0, 100, IBV_SEND_SIGNALED) == 0);
+    struct ibv_wc wc = poll1(e);
+    CK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 1);
+    CK(sock_get(sock) == 1);
+}
+
+static void len_b(struct ep *e, int sock)
+{
+    CK(post_recv(e, 1, RECV_OFF, 16) == 0);
+    CK(post_recv(e, 2, RECV_OFF + 16, 1000) == 0);
+    struct ibv_wc wc[2];
+    CK(poll_n(e, wc, 2) == 2);
+    CK(wc[0].wr_id == 1 && wc[0].status == IBV_WC_LOC_LEN_ERR);
+    CK(wc[1].wr_id == 2 && wc[1].status == IBV_WC_WR_FLUSH_ERR);
+    CK(e->qp->state == IBV_QPS_ERR);
+    sock_put(sock, 1);
+}
+
+static void test_loc_len_err(void **state)
+{
+    run_pair(len_a, len_b, &cfg_default);
+}
+
+/* b destroys its QP: a's next SEND fails with RETRY_EXC_ERR, the rest is
+ * flushed */
+static void gone_a(struct ep *e, int sock)
+{
+    CK(post_recv(e, 10, RECV_OFF, 100) == 0);
+    CK(post_recv(e, 11, RECV_OFF + 100, 100) == 0);
+    CK(sock_get(sock) == 1); /* b's QP is destroyed */
+    /* one chain: 2 and 3 are queued behind 1 when it fails */
+    struct ibv_sge sge = {(uintptr_t)e->buf, 10, e->mr->lkey};
+    struct ibv_send_wr w[3];
+    for (int k = 0; k < 3; k++)
+        w[k] = (struct ibv_send_wr){.wr_id = (uint64_t)k + 1, .next = k < 2 ? &w[k + 1] : NULL,
+                                    .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+                                    .send_flags = k == 1 ? 0 /* flushed all the same */
+                                                         : IBV_SEND_SIGNALED};
+    struct ibv_send_wr *bad = NULL;
+    CK(ibv_post_send(e->qp, w, &bad) == 0);
+    struct ibv_wc wc[5];
+    CK(poll_n(e, wc, 5) == 5);
+    CK(wc[0].wr_id == 1 && wc[0].status == IBV_WC_RETRY_EXC_ERR);
+    int flushed = 0;
+    for (int k = 1; k < 5; k++) {
+        CK(wc[k].status == IBV_WC_WR_FLUSH_ERR);
+        flushed |= 1 << (wc[k].wr_id % 16);
+    }
+    CK(flushed == ((1 << 2) | (1 << 3) | (1 << 10) | (1 << 11)));
+    CK(e->qp->state == IBV_QPS_ERR);
+    poll_none(e, 10);
+    /* in ERR, a post completes at once, flushed */
+    CK(post_send(e, 4, 0, 10, 0) == 0);
+    struct ibv_wc one = poll1(e);
+    CK(one.wr_id == 4 && one.status == IBV_WC_WR_FLUSH_ERR);
+    sock_put(sock, 2);
+}
+
+static void gone_b(struct ep *e, int sock)
+{
+    CK(ibv_destroy_qp(e->qp) == 0);
+    e->qp = NULL;
+    sock_put(sock, 1);
+    CK(sock_get(sock) == 2);
+}
+
+static void test_peer_destroyed(void **state)
+{
+    run_pair(gone_a, gone_b, &cfg_default);
+}
+
+/* ------------------------------------------------------------ one process */
+
+static void test_modify_mask_einval(void **state)
+{
+    struct ep a, b;
+    ep_open(&a, &cfg_default);
+    ep_open(&b, &cfg_default);
+    struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+    /* RESET -> INIT without PORT / ACCESS_FLAGS / PKEY_INDEX */
+    assert_int_equal(ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+                                                  IBV_QP_ACCESS_FLAGS), EINVAL);
+    assert_int_equal(ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+                     EINVAL);
+    assert_int_equal(ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX),
+                     EINVAL);
+    /* a bit that does not belong to the transition */
+    assert_int_equal(ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                                  IBV_QP_ACCESS_FLAGS | IBV_QP_SQ_PSN),
+                     EINVAL);
+    /* a port that does not exist */
+    at.port_num = 2;
+    assert_int_equal(ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                                  IBV_QP_ACCESS_FLAGS),
+                     EINVAL);
+    /* RESET -> RTR, RESET -> RTS skip states */
+    assert_int_equal(to_rtr(a.qp, b.lid, b.qp->qp_num, rtr_mask), EINVAL);
+    assert_int_equal(to_rts(a.qp, rts_mask), EINVAL);
+    assert_int_equal(a.qp->state, IBV_QPS_RESET);
+    assert_int_equal(to_init(a.qp), 0);
+    /* INIT -> RTS skips RTR; INIT -> RTR without each required bit */
+    assert_int_equal(to_rts(a.qp, rts_mask), EINVAL);
+    const int rtr_bits[] = {IBV_QP_AV, IBV_QP_PATH_MTU, IBV_QP_DEST_QPN, IBV_QP_RQ_PSN,
+                            IBV_QP_MAX_DEST_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER};
+    for (unsigned i = 0; i < sizeof(rtr_bits) / sizeof(rtr_bits[0]); i++)
+        assert_int_equal(to_rtr(a.qp, b.lid, b.qp->qp_num, rtr_mask & ~rtr_bits[i]), EINVAL);
+    assert_int_equal(to_rtr(a.qp, 0, b.qp->qp_num, rtr_mask), EINVAL); /* no lid */
+    assert_int_equal(a.qp->state, IBV_QPS_INIT);
+    assert_int_equal(to_rtr(a.qp, b.lid, b.qp->qp_num, rtr_mask), 0);
+    const int rts_bits[] = {IBV_QP_TIMEOUT, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_SQ_PSN,
+                            IBV_QP_MAX_QP_RD_ATOMIC};
+    for (unsigned i = 0; i < sizeof(rts_bits) / sizeof(rts_bits[0]); i++)
+        assert_int_equal(to_rts(a.qp, rts_mask & ~rts_bits[i]), EINVAL);
+    assert_int_equal(to_rts(a.qp, rts_mask & ~IBV_QP_STATE), EINVAL);
+    assert_int_equal(a.qp->state, IBV_QPS_RTR);
+    assert_int_equal(to_rts(a.qp, rts_mask), 0);
+    /* RTS -> INIT is no transition; any -> ERR and -> RESET are */
+    assert_int_equal(to_init(a.qp), EINVAL);
+    struct ibv_qp_attr err = {.qp_state = IBV_QPS_ERR};
+    assert_int_equal(ibv_modify_qp(a.qp, &err, IBV_QP_STATE), 0);
+    assert_int_equal(a.qp->state, IBV_QPS_ERR);
+    struct ibv_qp_attr rst = {.qp_state = IBV_QPS_RESET};
+    assert_int_equal(ibv_modify_qp(a.qp, &rst, IBV_QP_STATE), 0);
+    assert_int_equal(to_init(a.qp), 0);
+    ep_close(&a);
+    ep_close(&b);
+}
+
+static void test_post_in_wrong_state(void **state)
+{
+    struct ep a, b;
+    ep_open(&a, &cfg_default);
+    ep_open(&b, &cfg_default);
+    assert_int_equal(post_send(&a, 1, 0, 8, IBV_SEND_SIGNALED), EINVAL); /* RESET */
+    assert_int_equal(post_recv(&a, 1, RECV_OFF, 8), EINVAL);             /* RESET */
+    assert_int_equal(to_init(a.qp), 0);
+    assert_int_equal(post_send(&a, 1, 0, 8, IBV_SEND_SIGNALED), EINVAL); /* INIT */
+    assert_int_equal(post_recv(&a, 1, RECV_OFF, 8), 0);                  /* INIT: fine */
+    assert_int_equal(to_rtr(a.qp, b.lid, b.qp->qp_num, rtr_mask), 0);
+    assert_int_equal(post_send(&a, 1, 0, 8, IBV_SEND_SIGNALED), EINVAL); /* RTR */
+    assert_int_equal(to_rts(a.qp, rts_mask), 0);
+    /* RTS: an opcode not emulated, an SGE count above the cap */
+    assert_int_equal(post_send_ex(&a, 1, 0, 8, 0, IBV_WR_RDMA_WRITE, 0, a.mr->lkey), EINVAL);
+    struct ibv_sge sge[5] = {{(uintptr_t)a.buf, 1, a.mr->lkey}};
+    for (int i = 1; i < 5; i++) sge[i] = sge[0];
+    struct ibv_send_wr wr = {.wr_id = 9, .sg_list = sge, .num_sge = 5, .opcode = IBV_WR_SEND};
+    struct ibv_send_wr *bad = NULL;
+    assert_int_equal(ibv_post_send(a.qp, &wr, &bad), EINVAL);
+    assert_ptr_equal(bad, &wr);
+    /* larger than the 1 MiB cap; inline larger than max_inline_data */
+    assert_int_equal(post_send(&a, 1, 0, MAX_MSG + 1, 0), EINVAL);
+    assert_int_equal(post_send(&a, 1, 0, 257, IBV_SEND_INLINE), EINVAL);
+    poll_none(&a, 5);
+    ep_close(&a);
+    ep_close(&b);
+}
+
+/* the send queue holds max_send_wr WRs; unsignaled ones keep their slot
+ * until a later signaled one completes */
+static void test_too_many_wrs(void **state)
+{
+    struct cfg c = cfg_default;
+    c.max_send = 4;
+    c.max_recv = 2;
+    struct ep a, b;
+    pair_open(&a, &b, &c);
+    assert_int_equal(post_recv(&a, 1, RECV_OFF, 8), 0);
+    assert_int_equal(post_recv(&a, 2, RECV_OFF, 8), 0);
+    assert_int_equal(post_recv(&a, 3, RECV_OFF, 8), ENOMEM);
+    for (int i = 0; i < 2; i++) assert_int_equal(post_recv(&b, 10 + i, RECV_OFF + 8 * i, 8), 0);
+
+
+    /* four unsignaled WRs fill the send queue for good (as on an HCA) */
+    for (int i = 0; i < 4; i++) assert_int_equal(post_send(&a, i, 0, 8, 0), 0);
+    /* a chain: the first WR does not fit */
+    struct ibv_sge sge = {(uintptr_t)a.buf, 8, a.mr->lkey};
+    struct ibv_send_wr w2 = {.wr_id = 5, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED};
+    struct ibv_send_wr w1 = w2;
+    w1.wr_id = 4;
+    w1.next = &w2;
+    struct ibv_send_wr *bad = NULL;
+    assert_int_equal(ibv_post_send(a.qp, &w1, &bad), ENOMEM);
+    assert_ptr_equal(bad, &w1);
+    struct ibv_wc wc[4];
+    assert_int_equal(poll_n(&b, wc, 2), 2); /* they were sent all the same */
+    poll_none(&a, 10);
+    assert_int_equal(post_send(&a, 4, 0, 8, IBV_SEND_SIGNALED), ENOMEM);
+    ep_close(&a);
+    ep_close(&b);
+
+    /* three unsignaled and a signaled one: its completion frees all four
+     * slots (without that, the next round's second post would fail) */
+    pair_open(&a, &b, &c);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(post_send(&a, (uint64_t)(round * 4 + i), 0, 8,
+                                       i == 3 ? IBV_SEND_SIGNALED : 0),
+                             0);
+        wc[0] = poll1(&a);
+        assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+        assert_int_equal(wc[0].wr_id, round * 4 + 3);
+        poll_none(&a, 5);
+        /* b takes them in, two receives at a time */
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < 2; i++)
+                assert_int_equal(post_recv(&b, (uint64_t)i, RECV_OFF + 8 * i, 8), 0);
+            assert_int_equal(poll_n(&b, wc, 2), 2);
+            assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+            assert_int_equal(wc[1].status, IBV_WC_SUCCESS);
+        }
+    }
+    ep_close(&a);
+    ep_close(&b);
+}
+
+/* unsignaled sends arrive but make no CQE; sq_sig_all signals all */
+static void test_unsignaled(void **state)
+{
+    struct ep a, b;
+    pair_open(&a, &b, &cfg_default);
+    for (int i = 0; i < 4; i++) assert_int_equal(post_recv(&b, i, RECV_OFF + i * 16, 16), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(post_send(&a, i, 0, 16, 0), 0);
+    struct ibv_wc wc[4];
+    assert_int_equal(poll_both(&b, wc, 3, &a), 3); /* delivered; a saw nothing */
+    assert_int_equal(post_send(&a, 3, 0, 16, IBV_SEND_SIGNALED), 0);
+    wc[0] = poll1(&a);
+    assert_int_equal(wc[0].wr_id, 3);
+    poll_none(&a, 10);
+    assert_int_equal(poll_n(&b, wc, 1), 1);
+    ep_close(&a);
+    ep_close(&b);
+
+    struct cfg c = cfg_default;
+    c.sig_all = 1;
+    pair_open(&a, &b, &c);
+    assert_int_equal(post_recv(&b, 0, RECV_OFF, 16), 0);
+    assert_int_equal(post_send(&a, 42, 0, 16, 0), 0);
+    wc[0] = poll1(&a);
+    assert_int_equal(wc[0].wr_id, 42);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(wc[0].opcode, IBV_WC_SEND);
+    ep_close(&a);
+    ep_close(&b);
+}
+
+static void test_bad_lkey(void **state)
+{
+    struct ep a, b;
+    pair_open(&a, &b, &cfg_default);
+    assert_int_equal(post_recv(&b, 0, RECV_OFF, 64), 0);
+    /* inline data is not checked against an MR */
+    fill(a.buf, 32, 3);
+    assert_int_equal(post_send_ex(&a, 1, 0, 32, IBV_SEND_SIGNALED | IBV_SEND_INLINE,
+                                  IBV_WR_SEND, 0, 0xbad), 0);
+    struct ibv_wc wc[3];
+    wc[0] = poll1(&a);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    wc[0] = poll1(&b);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(check(b.buf + RECV_OFF, 32, 3), 0);
+    /* a key no MR has, then a range beyond the MR; the WR after it flushes */
+    assert_int_equal(post_send_ex(&a, 2, 0, 32, IBV_SEND_SIGNALED, IBV_WR_SEND, 0,
+                                  a.mr->lkey ^ 0x100),
+                     0);
+    assert_int_equal(post_send(&a, 3, 0, 32, 0), 0);
+    assert_int_equal(poll_n(&a, wc, 2), 2);
+    assert_int_equal(wc[0].wr_id, 2);
+    assert_int_equal(wc[0].status, IBV_WC_LOC_PROT_ERR);
+    assert_int_equal(wc[1].wr_id, 3);
+    assert_int_equal(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+    assert_int_equal(a.qp->state, IBV_QPS_ERR);
+    ep_close(&a);
+    ep_close(&b);
+
+    pair_open(&a, &b, &cfg_default);
+    assert_int_equal(post_send(&a, 4, a.len - 16, 32, IBV_SEND_SIGNALED), 0);
+    wc[0] = poll1(&a);
+    assert_int_equal(wc[0].status, IBV_WC_LOC_PROT_ERR);
+    ep_close(&a);
+    ep_close(&b);
+
+    /* a receive with a key no MR has: LOC_PROT_ERR when data arrives */
+    pair_open(&a, &b, &cfg_default);
+    assert_int_equal(post_recv_ex(&b, 5, RECV_OFF, 64, b.mr->lkey + 1), 0);
+    assert_int_equal(post_recv(&b, 6, RECV_OFF, 64), 0);
+    assert_int_equal(post_send(&a, 7, 0, 32, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(poll_n(&b, wc, 2), 2);
+    assert_int_equal(wc[0].wr_id, 5);
+    assert_int_equal(wc[0].status, IBV_WC_LOC_PROT_ERR);
+    assert_int_equal(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+    assert_int_equal(b.qp->state, IBV_QPS_ERR);
+    ep_close(&a);
+    ep_close(&b);
+
+    /* a receive into an MR without IBV_ACCESS_LOCAL_WRITE */
+    pair_open(&a, &b, &cfg_default);
+    struct ibv_mr *ro = ibv_reg_mr(b.pd, b.buf + RECV_OFF, 64, 0);
+    assert_non_null(ro);
+    assert_int_equal(post_recv_ex(&b, 8, RECV_OFF, 64, ro->lkey), 0);
+    assert_int_equal(post_send(&a, 9, 0, 32, IBV_SEND_SIGNALED), 0);
+    wc[0] = poll1(&b);
+    assert_int_equal(wc[0].wr_id, 8);
+    assert_int_equal(wc[0].status, IBV_WC_LOC_PROT_ERR);
+    assert_int_equal(ibv_dereg_mr(ro), 0);
+    ep_close(&a);
+    ep_close(&b);
+}
+
+static void test_modify_err_flushes(void **state)
+{
+    struct ep a, b;
+    pair_open(&a, &b, &cfg_default);
+    for (int i = 0; i < 3; i++) assert_int_equal(post_recv(&a, 20 + i, RECV_OFF, 64), 0);
+    poll_none(&a, 5);
+    struct ibv_qp_attr at = {.qp_state = IBV_QPS_ERR};
+    assert_int_equal(ibv_modify_qp(a.qp, &at, IBV_QP_STATE), 0);
+    struct ibv_wc wc[3];
+    assert_int_equal(poll_n(&a, wc, 3), 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(wc[i].wr_id, 20 + i);
+        assert_int_equal(wc[i].status, IBV_WC_WR_FLUSH_ERR);
+        assert_int_equal(wc[i].opcode, IBV_WC_RECV);
+    }
+    /* posting in ERR completes at once, flushed */
+    assert_int_equal(post_recv(&a, 30, RECV_OFF, 64), 0);
+    assert_int_equal(post_send(&a, 31, 0, 64, 0), 0);
+    assert_int_equal(poll_n(&a, wc, 2), 2);
+    assert_int_equal(wc[0].wr_id, 30);
+    assert_int_equal(wc[0].status, IBV_WC_WR_FLUSH_ERR);
+    assert_int_equal(wc[1].wr_id, 31);
+    assert_int_equal(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+    /* a receive posted before the peer went away is flushed all the same */
+    assert_int_equal(post_recv(&b, 40, RECV_OFF, 64), 0);
+    ep_close(&a);
+    assert_int_equal(ibv_modify_qp(b.qp, &at, IBV_QP_STATE), 0);
+    wc[0] = poll1(&b);
+    assert_int_equal(wc[0].wr_id, 40);
+    assert_int_equal(wc[0].status, IBV_WC_WR_FLUSH_ERR);
+    ep_close(&b);
+}
+
+/* datagrams not from the connected peer, and garbage, are dropped */
+static void test_foreign_dropped(void **state)
+{
+    struct ep a, b, c;
+    pair_open(&a, &b, &cfg_default);
+    ep_open(&c, &cfg_default);
+    ep_connect(&c, b.lid, b.qp->qp_num); /* c sends to b, b listens to a */
+    assert_int_equal(post_recv(&b, 1, RECV_OFF, 64), 0);
+    assert_int_equal(post_send(&c, 1, 0, 16, IBV_SEND_SIGNALED), 0);
+    struct ibv_wc wc = poll1(&c);
+    assert_int_equal(wc.status, IBV_WC_SUCCESS);
+    /* garbage, straight to b's socket */
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "verbs-emul.%u.%u.%u",
+                     (unsigned)getuid(), (unsigned)b.lid, (unsigned)b.qp->qp_num);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    char junk[40];
+    memset(junk, 0x5a, sizeof(junk));
+    assert_int_equal(sendto(fd, junk, sizeof(junk), 0, (struct sockaddr *)&sa,
+                            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)),
+                     (ssize_t)sizeof(junk));
+    close(fd);
+    fill(a.buf, 16, 9);
+    assert_int_equal(post_send(&a, 2, 0, 16, IBV_SEND_SIGNALED), 0);
+    wc = poll1(&b);
+    assert_int_equal(wc.status, IBV_WC_SUCCESS);
+    assert_int_equal(wc.src_qp, a.qp->qp_num);
+    assert_int_equal(check(b.buf + RECV_OFF, 16, 9), 0);
+    assert_int_equal(verbs_emul_qp_dropped(b.qp), 2);
+    assert_int_equal(verbs_emul_qp_dropped(a.qp), 0);
+    ep_close(&a);
+    ep_close(&b);
+    ep_close(&c);
+}
+
+static void test_multi_sge(void **state)
+{
+    struct ep a, b;
+    pair_open(&a, &b, &cfg_default);
+    fill(a.buf, 300, 11);
+    struct ibv_sge rs[2] = {{(uintptr_t)(b.buf + RECV_OFF), 100, b.mr->lkey},
+                            {(uintptr_t)(b.buf + RECV_OFF + 1000), 400, b.mr->lkey}};
+    struct ibv_recv_wr rwr = {.wr_id = 5, .sg_list = rs, .num_sge = 2};
+    struct ibv_recv_wr *rbad = NULL;
+    assert_int_equal(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+    struct ibv_sge ss[3] = {{(uintptr_t)a.buf, 50, a.mr->lkey},
+                            {(uintptr_t)(a.buf + 50), 0, 0 /* empty: key not checked */},
+                            {(uintptr_t)(a.buf + 50), 250, a.mr->lkey}};
+    struct ibv_send_wr swr = {.wr_id = 6, .sg_list = ss, .num_sge = 3, .opcode = IBV_WR_SEND,
+                              .send_flags = IBV_SEND_SIGNALED};
+    struct ibv_send_wr *sbad = NULL;
+    assert_int_equal(ibv_post_send(a.qp, &swr, &sbad), 0);
+    struct ibv_wc wc = poll1(&b);
+    assert_int_equal(wc.status, IBV_WC_SUCCESS);
+    assert_int_equal(wc.byte_len, 300);
+    uint8_t got[300];
+    memcpy(got, b.buf + RECV_OFF, 100);
+    memcpy(got + 100, b.buf + RECV_OFF + 1000, 200);
+    assert_int_equal(check(got, 300, 11), 0);
+    wc = poll1(&a);
+    assert_int_equal(wc.wr_id, 6);
+    ep_close(&a);
+    ep_close(&b);
+}
+
+/* the QP addressed by the GID of ibv_query_gid (is_global = 1, no dlid) */
+static void test_global_route(void **state)
+{
+    struct ep a, b;
+    ep_open(&a, &cfg_default);
+    ep_open(&b, &cfg_default);
+    union ibv_gid gid;
+    assert_int_equal(ibv_query_gid(b.ctx, 1, 0, &gid), 0);
+    assert_int_equal(verbs_emul_lid_of_gid(&gid), b.lid);
+    assert_int_equal(to_init(a.qp), 0);
+    struct ibv_qp_attr at = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
+                             .dest_qp_num = b.qp->qp_num, .max_dest_rd_atomic = 1,
+                             .ah_attr = {.is_global = 1, .grh = {.dgid = gid}, .port_num = 1}};
+    assert_int_equal(ibv_modify_qp(a.qp, &at, rtr_mask), 0);
+    assert_int_equal(to_rts(a.qp, rts_mask), 0);
+    ep_connect(&b, a.lid, a.qp->qp_num);
+    assert_int_equal(post_recv(&b, 1, RECV_OFF, 64), 0);
+    assert_int_equal(post_send(&a, 1, 0, 64, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(poll1(&b).status, IBV_WC_SUCCESS);
+    assert_int_equal(poll1(&a).status, IBV_WC_SUCCESS);
+    ep_close(&a);
+    ep_close(&b);
+}
+
+static void test_cq_overrun(void **state)
+{
+    struct cfg c = cfg_default;
+    c.cqe = 4;
+    struct ep a, b;
+    pair_open(&a, &b, &c);
+    assert_int_equal(a.cq->cqe, 4);
+    for (int i = 0; i < 5; i++) assert_int_equal(post_recv(&b, i, RECV_OFF + 16 * i, 16), 0);
+    for (int i = 0; i < 4; i++) assert_int_equal(post_send(&a, i, 0, 16, IBV_SEND_SIGNALED), 0);
+    struct ibv_wc wc[8];
+    assert_int_equal(poll_n(&a, wc, 4), 4); /* a full CQ is no overrun */
+    for (int i = 0; i < 5; i++) assert_int_equal(post_send(&a, i, 0, 16, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(ibv_poll_cq(a.cq, 8, wc), -1);
+    assert_int_equal(ibv_poll_cq(a.cq, 8, wc), -1); /* from then on */
+    ep_close(&a);
+    ep_close(&b);
+}
+
+static void test_destroy_busy(void **state)
+{
+    struct ep a;
+    ep_open(&a, &cfg_default);
+    assert_int_equal(ibv_destroy_cq(a.cq), EBUSY);
+    assert_int_equal(ibv_dealloc_pd(a.pd), EBUSY);
+    assert_int_equal(ibv_destroy_qp(a.qp), 0);
+    a.qp = NULL;
+    assert_int_equal(ibv_dealloc_pd(a.pd), EBUSY); /* the MR */
+    ep_close(&a);
+    /* close_device frees what was left */
+    ep_open(&a, &cfg_default);
+    assert_int_equal(ibv_close_device(a.ctx), 0);
+    free(a.buf);
+}
+
+static void test_device_and_port(void **state)
+{
+    unsetenv("VERBS_EMUL_DEVICES");
+    int n = -1;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    assert_non_null(list);
+    assert_int_equal(n, 1);
+    assert_null(list[1]);
+    assert_string_equal(ibv_get_device_name(list[0]), "emul0");
+    struct ibv_context *ctx = ibv_open_device(list[0]);
+    ibv_free_device_list(list);
+    assert_non_null(ctx);
+    struct ibv_device_attr da;
+    assert_int_equal(ibv_query_device(ctx, &da), 0);
+    assert_int_equal(da.max_qp_wr, 16384);
+    assert_int_equal(da.max_sge, 30);
+    assert_int_equal(da.max_cqe, 4194303);
+    assert_int_equal(da.phys_port_cnt, 1);
+    assert_true(da.max_mr_size >= MAX_MSG);
+    struct ibv_port_attr pa;
+    assert_int_equal(ibv_query_port(ctx, 1, &pa), 0);
+    assert_int_equal(pa.state, IBV_PORT_ACTIVE);
+    assert_int_equal(pa.link_layer, IBV_LINK_LAYER_INFINIBAND);
+    assert_int_equal(pa.active_mtu, IBV_MTU_4096);
+    assert_int_equal(pa.gid_tbl_len, 1);
+    assert_true(pa.lid >= 1 && pa.lid <= 0xbfff);
+    assert_int_not_equal(ibv_query_port(ctx, 2, &pa), 0);
+    setenv("VERBS_EMUL_PORT_STATE", "down", 1);
+    assert_int_equal(ibv_query_port(ctx, 1, &pa), 0);
+    assert_int_equal(pa.state, IBV_PORT_DOWN);
+    unsetenv("VERBS_EMUL_PORT_STATE");
+    assert_string_equal(ibv_wc_status_str(IBV_WC_SUCCESS), "success");
+    assert_string_equal(ibv_wc_status_str(IBV_WC_WR_FLUSH_ERR), "work request flushed");
+    assert_int_equal(ibv_close_device(ctx), 0);
+
+    setenv("VERBS_EMUL_DEVICES", "0", 1); /* a machine without an HCA */
+    list = ibv_get_device_list(&n);
+    assert_non_null(list);
+    assert_int_equal(n, 0);
+    assert_null(list[0]);
+    ibv_free_device_list(list);
+    setenv("VERBS_EMUL_DEVICES", "3", 1);
+    list = ibv_get_device_list(&n);
+    assert_int_equal(n, 3);
+    assert_string_equal(ibv_get_device_name(list[2]), "emul2");
+    ibv_free_device_list(list);
+    unsetenv("VERBS_EMUL_DEVICES");
+}
+
+static void test_fault_injection(void **state)
+{
+    struct ep a;
+    int n;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    assert_int_equal(n, 1);
+    setenv("VERBS_EMUL_FAIL", "open_device", 1);
+    errno = 0;
+    assert_null(ibv_open_device(list[0]));
+    assert_int_equal(errno, ENOMEM);
+    unsetenv("VERBS_EMUL_FAIL");
+    ibv_free_device_list(list);
+
+    ep_open(&a, &cfg_default);
+    struct ibv_qp_init_attr ia = {.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = 4, .max_recv_wr = 4,
+                                          .max_send_sge = 1, .max_recv_sge = 1}};
+    setenv("VERBS_EMUL_FAIL", "create_qp", 1);
+    errno = 0;
+    assert_null(ibv_create_qp(a.pd, &ia));
+    assert_int_equal(errno, ENOMEM);
+    setenv("VERBS_EMUL_FAIL", "alloc_pd,create_cq,reg_mr,query_port", 1);
+    assert_null(ibv_alloc_pd(a.ctx));
+    assert_null(ibv_create_cq(a.ctx, 4, NULL, NULL, 0));
+    assert_null(ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_LOCAL_WRITE));
+    struct ibv_port_attr pa;
+    assert_int_not_equal(ibv_query_port(a.ctx, 1, &pa), 0);
+    struct ibv_qp *qp = ibv_create_qp(a.pd, &ia); /* not listed: works */
+    assert_non_null(qp);
+    assert_int_equal(ibv_destroy_qp(qp), 0);
+    setenv("VERBS_EMUL_FAIL", "modify_qp_init", 1);
+    assert_int_not_equal(to_init(a.qp), 0);
+    setenv("VERBS_EMUL_FAIL", "modify_qp_rtr", 1);
+    assert_int_equal(to_init(a.qp), 0);
+    assert_int_not_equal(to_rtr(a.qp, a.lid, 2, rtr_mask), 0);
+    setenv("VERBS_EMUL_FAIL", "modify_qp_rts", 1);
+    assert_int_equal(to_rtr(a.qp, a.lid, 2, rtr_mask), 0);
+    assert_int_not_equal(to_rts(a.qp, rts_mask), 0);
+    unsetenv("VERBS_EMUL_FAIL");
+    assert_int_equal(to_rts(a.qp, rts_mask), 0);
+    ep_close(&a);
+}
+
+int main(void)
+{
+    unsetenv("VERBS_EMUL_FAIL");
+    unsetenv("VERBS_EMUL_DEVICES");
+    unsetenv("VERBS_EMUL_PORT_STATE");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pingpong),
+        cmocka_unit_test(test_inorder_1000),
+        cmocka_unit_test(test_send_with_imm),
+        cmocka_unit_test(test_rnr_hold),
+        cmocka_unit_test(test_loc_len_err),
+        cmocka_unit_test(test_peer_destroyed),
+        cmocka_unit_test(test_modify_mask_einval),
+        cmocka_unit_test(test_post_in_wrong_state),
+        cmocka_unit_test(test_too_many_wrs),
+        cmocka_unit_test(test_unsignaled),
+        cmocka_unit_test(test_bad_lkey),
+        cmocka_unit_test(test_modify_err_flushes),
+        cmocka_unit_test(test_foreign_dropped),
+        cmocka_unit_test(test_multi_sge),
+        cmocka_unit_test(test_global_route),
+        cmocka_unit_test(test_cq_overrun),
+        cmocka_unit_test(test_destroy_busy),
+        cmocka_unit_test(test_device_and_port),
+        cmocka_unit_test(test_fault_injection),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

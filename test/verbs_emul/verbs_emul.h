@@ -1,0 +1,21 @@
+/*
+ * verbs_emul.h - test control of the software HCA (test/verbs_emul): what
+ * a test can ask beyond the ibv_* calls. The emulation itself is steered by
+ * environment variables (README.md).
+ */
+#ifndef VERBS_EMUL_H
+#define VERBS_EMUL_H
+
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+/* Datagrams the QP received and dropped: garbage (bad magic, version or
+ * lengths) or not from the peer its RTR transition named. */
+unsigned long verbs_emul_qp_dropped(struct ibv_qp *qp);
+
+/* The LID a GID from ibv_query_gid() of the emulation stands for; 0 for any
+ * other GID. */
+uint16_t verbs_emul_lid_of_gid(const union ibv_gid *gid);
+
+#endif
