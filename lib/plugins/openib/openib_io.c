@@ -9,6 +9,12 @@
  * packet, or alone in a TOKENS packet once PSP_OPENIB_PENDING_TOKENS are
  * owed. The last credit is kept for a TOKENS packet: otherwise both sides
  * could run out of credits while each owes the other, and wait forever.
+ * A TOKENS packet goes when PENDING_TOKENS slots freed by data packets
+ * are owed, or when all but one of our slots are owed (the peer may be
+ * blocked at its reserve), never for slots of TOKENS packets alone: so
+ * TOKENS packets cannot call for each other without end (with at least
+ * three receive slots), and a side blocked for credits always gets them
+ * back (README.md, *Credits*).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -65,7 +71,8 @@ static int pkt_post(openib_con_t *oc, unsigned flags, size_t len)
     oc->send_head = slot + 1 == oc->nsend ? 0 : slot + 1;
     oc->send_busy++;
     oc->credits--;
-    oc->owed = 0;
+    oc->owed      = 0;
+    oc->owed_data = 0;
     return 0;
 }
 
@@ -127,10 +134,15 @@ void openib_write_start(pscom_con_t *con)
     if (oc->started) openib_write(oc);
 }
 
-/* Tokens alone, when enough are owed and no data packet took them. */
+/* Credits alone, when enough slots freed by data are owed and no data
+ * packet took them, or when the peer may be down to its last credit
+ * (all but one of our slots owed). Slots that TOKENS packets took do not
+ * count towards the first: else each TOKENS packet would call for the
+ * next. */
 static void send_tokens(openib_con_t *oc)
 {
-    if (oc->owed < openib_cfg.pending_tokens || oc->closed || oc->failed) return;
+    if (oc->closed || oc->failed) return;
+    if (oc->owed_data < openib_cfg.pending_tokens && oc->owed + 1 < oc->nrecv) return;
     if (oc->send_busy >= oc->nsend || oc->credits < 1) return;
     pkt_post(oc, OPENIB_PKT_TOKENS, 0);
 }
@@ -174,18 +186,22 @@ static int handle_recv(openib_con_t *oc, const struct ibv_wc *wc)
         return 1;
     }
     oc->owed++;
+    if (len) oc->owed_data++;
     return 0;
 }
 
 /* A failed work completion: the peer is gone (retries exceeded), or the
- * queue pair went to the error state and flushes the rest. */
+ * queue pair went to the error state and flushes the rest. A write error
+ * only while the application has a message queued; otherwise the failed
+ * packet was our own (returned credits) and the peer is simply gone. */
 static void handle_error(openib_con_t *oc, const struct ibv_wc *wc)
 {
     if (oc->failed) return; /* the rest of a flush */
     int is_send = (wc->wr_id & OPENIB_WR_SEND) != 0;
     plog_dbg("%s: openib: %s failed: %s", pscom_con_name(oc->con), is_send ? "send" : "receive",
              ibv_wc_status_str(wc->status));
-    con_fail(oc, is_send ? PSCOM_OP_WRITE : PSCOM_OP_READ, ECONNRESET);
+    int writing = is_send && pscom_write_pending(oc->con);
+    con_fail(oc, writing ? PSCOM_OP_WRITE : PSCOM_OP_READ, ECONNRESET);
 }
 
 /* Take what the completion queue holds. Returns 1 if anything was done,

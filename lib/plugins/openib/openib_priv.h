@@ -92,6 +92,7 @@ typedef struct openib_con {
 
     /* receiving */
     unsigned owed;            /* receive slots freed, not yet told to the peer */
+    unsigned owed_data;       /* ... of them freed by packets with data */
 
     pscom_ufd_t ufd;          /* the handshake socket: the peer's death */
     pscom_list_t next;        /* in openib_dev.cons */

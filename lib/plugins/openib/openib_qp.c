@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "openib_priv.h"
 
@@ -68,7 +69,9 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
     for (unsigned i = 0; i < oc->nrecv; i++) {
         if ((err = openib_post_recv(oc, i)) != 0) goto err_post;
     }
-    oc->psn = (uint32_t)random() & 0xffffffu;
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r)) r = (uint32_t)(uintptr_t)oc;
+    oc->psn = r & 0xffffffu;
     return 0;
 
 err_post:

@@ -77,14 +77,15 @@ static pscom_env_table_t openib_env_table = {
 static void cfg_check(void)
 {
     pscom_env_clamp_uint("PSP_OPENIB_PATH_MTU", &openib_cfg.path_mtu, 1, 3);
-    /* two at least: the last credit is kept for returning credits */
-    pscom_env_clamp_uint("PSP_OPENIB_RECVQ_SIZE", &openib_cfg.recvq_size, 2, OPENIB_SLOTS_MAX);
+    /* three at least: the last credit is kept for returning credits, and
+     * one TOKENS packet may wait unreturned (openib_io.c) */
+    pscom_env_clamp_uint("PSP_OPENIB_RECVQ_SIZE", &openib_cfg.recvq_size, 3, OPENIB_SLOTS_MAX);
     pscom_env_clamp_uint("PSP_OPENIB_SENDQ_SIZE", &openib_cfg.sendq_size, 1,
                          openib_cfg.recvq_size);
     if (openib_cfg.pending_tokens == PSCOM_ENV_UINT_AUTO)
         openib_cfg.pending_tokens = openib_cfg.recvq_size > 7 ? openib_cfg.recvq_size - 6 : 1;
     pscom_env_clamp_uint("PSP_OPENIB_PENDING_TOKENS", &openib_cfg.pending_tokens, 1,
-                         openib_cfg.recvq_size - 1);
+                         openib_cfg.recvq_size - 2);
     if (openib_cfg.global_sendq)
         plog_err("PSP_OPENIB_GLOBAL_SENDQ=%d: not supported, using send slots per connection",
                  openib_cfg.global_sendq);
@@ -148,7 +149,7 @@ static int blob_parse(pscom_con_t *con, const void *blob, size_t len, openib_blo
     b->recvq     = le32toh(b->recvq);
     b->slot_size = le32toh(b->slot_size);
     if (b->magic != OPENIB_BLOB_MAGIC || b->version != OPENIB_BLOB_VERSION) goto bad;
-    if (!b->lid || !b->qpn || b->qpn > 0xffffffu || b->psn > 0xffffffu || b->recvq < 2 ||
+    if (!b->lid || !b->qpn || b->qpn > 0xffffffu || b->psn > 0xffffffu || b->recvq < 3 ||
         b->recvq > OPENIB_SLOTS_MAX || b->slot_size != OPENIB_SLOT_SIZE)
         goto bad;
     return 0;

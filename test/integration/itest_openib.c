@@ -1,0 +1,103 @@
+/*
+ * itest_openib: the openib plugin where it cannot be used, over the
+ * software HCA (test/verbs_emul; the module built against it is loaded
+ * from PSCOM_TEST_OPENIB_EMUL_DIR). openib and tcp are enabled, openib
+ * first; each time the connection must fall back to tcp, cleanly on both
+ * sides (the sanitizer build checks that nothing of the attempt leaks),
+ * and an echo with content checks must run over it:
+ *
+ *   no_device    no verbs device at all: one log line says so
+ *   port_down    the device's port is not active: one log line says so
+ *   offer_qp     the connecting side cannot create its queue pair
+ *   accept_rtr   the accepting side cannot connect its queue pair (RTR)
+ *   connect_rtr  the connecting side cannot connect its queue pair, after
+ *                the accepting side has taken its own to RTS
+ *
+ * and, with the verbs of the accepting side failing later:
+ *
+ *   accept_rts   the accepting side's queue pair cannot reach RTS
+ */
+#include "pscom_testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fb_case {
+    const char *name;
+    const char *env, *env_value; /* set in every process before pscom starts */
+    const char *server_fail; /* VERBS_EMUL_FAIL of the accepting side */
+    const char *client_fail; /* ... of the connecting side */
+    const char *log_line;  /* every process must have logged this, or NULL */
+} fb_case_t;
+
+static const fb_case_t *cur;
+
+static void expect_tcp(pscom_connection_t *con)
+{
+    TU_ASSERT_MSG(con->type == PSCOM_CON_TYPE_TCP,
+                  "%s: connection type is \"%s\", want the fallback \"tcp\"", cur->name,
+                  pscom_con_type_str(con->type));
+}
+
+static void expect_log(void)
+{
+    if (!cur->log_line) return;
+    TU_ASSERT_MSG(tu_log_file_count(cur->log_line) == 1, "%s: \"%s\" logged %d times, want once",
+                  cur->name, cur->log_line, tu_log_file_count(cur->log_line));
+}
+
+static int fb_server(tu_ctx_t *ctx)
+{
+    if (cur->server_fail) setenv("VERBS_EMUL_FAIL", cur->server_fail, 1);
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    expect_tcp(con);
+    tu_echo_server(con, 7);
+    expect_log();
+    pscom_close_socket(sock);
+    tu_log_file_remove();
+    return 0;
+}
+
+static int fb_client(tu_ctx_t *ctx)
+{
+    if (cur->client_fail) setenv("VERBS_EMUL_FAIL", cur->client_fail, 1);
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    expect_tcp(con);
+    tu_echo_client(con, 7);
+    expect_log();
+    pscom_close_socket(sock);
+    tu_log_file_remove();
+    return 0;
+}
+
+static const fb_case_t cases[] = {
+    {"no_device", "VERBS_EMUL_DEVICES", "0", NULL, NULL, "openib: no device"},
+    {"port_down", "VERBS_EMUL_PORT_STATE", "down", NULL, NULL,
+     "openib: no active port with a LID"},
+    {"offer_qp", NULL, NULL, NULL, "create_qp", NULL},
+    {"accept_rtr", NULL, NULL, "modify_qp_rtr", NULL, NULL},
+    {"connect_rtr", NULL, NULL, NULL, "modify_qp_rtr", NULL},
+    {"accept_rts", NULL, NULL, "modify_qp_rts", NULL, NULL},
+};
+
+int main(void)
+{
+    setenv("PSP_PLUGINDIR", PSCOM_TEST_OPENIB_EMUL_DIR, 1);
+    setenv("PSP_OPENIB", "1", 1);
+    setenv("PSP_TCP", "1", 1);
+    setenv("PSP_SHM", "0", 1);
+    setenv("PSP_UCP", "0", 1);
+    unsetenv("PSCOM_TEST_CONTYPE"); /* the harness would insist on openib */
+    tu_log_files("itest_openib", 3);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cur = &cases[i];
+        unsetenv("VERBS_EMUL_DEVICES");
+        unsetenv("VERBS_EMUL_PORT_STATE");
+        unsetenv("VERBS_EMUL_FAIL");
+        if (cur->env) setenv(cur->env, cur->env_value, 1);
+        if (tu_run(cur->name, 1, fb_server, fb_client, NULL)) return 1;
+    }
+    return 0;
+}
