@@ -129,6 +129,17 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
     }
     pthread_mutex_init(&vc->lock, NULL);
     pthread_mutex_init(&vc->ctx.mutex, NULL);
+    /* the HCA engine runs in the process that opens the device; a context
+     * must not be used across fork() (README.md) */
+    int err = vemul_engine_start(vc);
+    if (err) {
+        pthread_mutex_destroy(&vc->lock);
+        pthread_mutex_destroy(&vc->ctx.mutex);
+        free(vc->scratch);
+        free(vc);
+        errno = err;
+        return NULL;
+    }
     vc->lid = ((struct vemul_device *)device)->lid;
     vc->next_key = vemul_random() & 0xffff;
     vc->ctx.device = device;
@@ -143,10 +154,12 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
     return &vc->ctx;
 }
 
-/* Frees whatever the application left open (as the kernel would on close). */
+/* Stops the engine, then frees whatever the application left open (as the
+ * kernel would on close); unsent WRs are dropped. */
 int ibv_close_device(struct ibv_context *context)
 {
     struct vemul_context *vc = vemul_ctx(context);
+    vemul_engine_stop(vc);
     while (vc->qps) {
         struct vemul_qp *q = vc->qps;
         vc->qps = q->next;

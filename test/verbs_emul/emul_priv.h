@@ -5,7 +5,9 @@
  * posting, progress) call in each other.
  *
  * Locking: every entry point takes the context's lock (emul_context.lock)
- * and calls the vemul_* helpers with it held.
+ * and calls the vemul_* helpers with it held. The context's engine thread
+ * (emul_qp.c, vemul_engine) takes the same lock whenever it touches a QP or
+ * a CQ, and never blocks while it holds it.
  */
 #ifndef VERBS_EMUL_PRIV_H
 #define VERBS_EMUL_PRIV_H
@@ -85,6 +87,7 @@ struct vemul_swqe {
     uint8_t *data; /* copy made at post time (NULL when len == 0) */
     uint32_t len, sent_off;
     uint32_t imm;
+    uint32_t post_len; /* the length posted (len is the wire length) */
     uint8_t opcode; /* VEMUL_OP_* */
     uint8_t signaled;
     enum ibv_wc_status status; /* != SUCCESS: fails when it comes up (bad lkey) */
@@ -101,7 +104,15 @@ struct vemul_rwqe {
 struct vemul_qp {
     struct ibv_qp qp; /* must be first */
     struct vemul_qp *next;
-    int fd;
+    int fd; /* bound to the QP's name; receives */
+    /* sends: unbound, connected to the peer's socket from RTR on (lazily,
+     * if the peer did not exist yet), so that POLLOUT on it says whether
+     * the peer's queue has room; -1 before RTR */
+    int txfd;
+    int tx_connected;
+    /* a send got EAGAIN: the engine thread owns the unsent WRs until the
+     * socket is writable (post_send does not send directly meanwhile) */
+    int tx_blocked;
     int sq_sig_all;
     struct ibv_qp_cap cap;
     uint16_t dlid;
@@ -137,6 +148,11 @@ struct vemul_context {
     struct vemul_qp *qps;
     struct vemul_mr *mrs[VEMUL_MR_BUCKETS];
     uint8_t *scratch; /* VEMUL_FRAG bytes: receive buffer for one datagram */
+
+    /* the HCA engine: a thread that sends what post_send could not */
+    pthread_t engine;
+    int wake_fd; /* eventfd: new blocked QP, destroyed QP, or stop */
+    int stop;
 };
 
 static inline struct vemul_context *vemul_ctx(struct ibv_context *c)
@@ -162,5 +178,9 @@ int vemul_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_w
 int vemul_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 void vemul_qp_progress(struct vemul_qp *q, struct vemul_cq *cq);
 void vemul_qp_free(struct vemul_qp *q);
+/* starts the context's engine thread (wake_fd made here); 0 or an errno */
+int vemul_engine_start(struct vemul_context *vc);
+/* stops and joins it; call without the lock */
+void vemul_engine_stop(struct vemul_context *vc);
 
 #endif

@@ -2,14 +2,24 @@
  * emul_qp.c - the software HCA's RC queue pairs: a QP is a unix datagram
  * socket with an abstract name made of (uid, lid, qp_num); a send WR travels
  * as one datagram per VEMUL_FRAG bytes to the socket the RTR transition
- * named. Progress (sending what was queued, receiving into posted WQEs)
- * happens in post_send/post_recv and poll_cq; there are no threads.
+ * named, through a second socket connected to it.
+ *
+ * Sending: post_send sends at once when no older WR of the QP waits. A WR
+ * that meets a full peer queue (EAGAIN) waits in the send queue, and the
+ * context's engine thread sends it, and those behind it, as soon as the
+ * socket is writable, whether or not the application calls in (an HCA
+ * does not wait for its host either). Receiving happens in poll_cq and
+ * post_recv only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -46,7 +56,7 @@ static void vemul_send_cqe(struct vemul_qp *q, const struct vemul_swqe *e,
     wc.wr_id = e->wr_id;
     wc.status = status;
     wc.opcode = IBV_WC_SEND;
-    wc.byte_len = status == IBV_WC_SUCCESS ? e->len : 0;
+    wc.byte_len = status == IBV_WC_SUCCESS ? e->post_len : 0;
     wc.qp_num = q->qp.qp_num;
     vemul_cq_push((struct vemul_cq *)q->qp.send_cq, &wc);
 }
@@ -89,6 +99,7 @@ static void vemul_drop_all(struct vemul_qp *q, int cqe)
         e->data = NULL;
     }
     q->sq_head = q->sq_count = q->sq_done = 0;
+    q->tx_blocked = 0;
     while (q->rq_count) {
         if (cqe) {
             vemul_recv_done(q, IBV_WC_WR_FLUSH_ERR, 0, 0, 0);
@@ -125,6 +136,43 @@ static void vemul_send_fail(struct vemul_qp *q, enum ibv_wc_status status)
 
 /* ------------------------------------------------------------ progress */
 
+/* wakes the engine thread: it looks again at which QPs wait */
+static void vemul_kick(struct vemul_context *vc)
+{
+    uint64_t one = 1;
+    while (write(vc->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR) {
+    }
+}
+
+static void vemul_tx_close(struct vemul_qp *q)
+{
+    if (q->txfd >= 0) close(q->txfd);
+    q->txfd = -1;
+    q->tx_connected = 0;
+}
+
+/* connects the send socket to the peer's; 0 or an errno */
+static int vemul_tx_connect(struct vemul_qp *q)
+{
+    if (q->tx_connected) return 0;
+    if (q->txfd < 0) {
+        q->txfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (q->txfd < 0) return errno;
+    }
+    while (connect(q->txfd, (struct sockaddr *)&q->peer, q->peer_len) < 0)
+        if (errno != EINTR) return errno;
+    q->tx_connected = 1;
+    return 0;
+}
+
+static enum ibv_wc_status vemul_tx_status(int err)
+{
+    /* the peer QP is gone (destroyed, or its process died) */
+    return err == ECONNREFUSED || err == ENOENT ? IBV_WC_RETRY_EXC_ERR : IBV_WC_GENERAL_ERR;
+}
+
+/* Sends the unsent WRs in order until all are sent or the peer's queue is
+ * full; then the QP is tx_blocked and the engine thread carries on. */
 static void vemul_progress_send(struct vemul_qp *q)
 {
     unsigned n = vemul_sq_size(q);
@@ -132,6 +180,11 @@ static void vemul_progress_send(struct vemul_qp *q)
         struct vemul_swqe *e = &q->sq[(q->sq_head + q->sq_done) % n];
         if (e->status != IBV_WC_SUCCESS) {
             vemul_send_fail(q, e->status);
+            return;
+        }
+        int err = vemul_tx_connect(q);
+        if (err) {
+            vemul_send_fail(q, vemul_tx_status(err));
             return;
         }
         do { /* one datagram per fragment; at least one (zero-length SEND) */
@@ -150,17 +203,20 @@ static void vemul_progress_send(struct vemul_qp *q)
             struct iovec iov[2] = {{&h, sizeof(h)}, {e->data ? e->data + e->sent_off : NULL, flen}};
             struct msghdr m;
             memset(&m, 0, sizeof(m));
-            m.msg_name = &q->peer;
-            m.msg_namelen = q->peer_len;
             m.msg_iov = iov;
             m.msg_iovlen = flen ? 2 : 1;
-            if (sendmsg(q->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+            if (sendmsg(q->txfd, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
                 if (errno == EINTR) continue;
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
-                    return; /* the peer's queue is full: retried later, in order */
-                vemul_send_fail(q, errno == ECONNREFUSED || errno == ENOENT
-                                       ? IBV_WC_RETRY_EXC_ERR /* the peer QP is gone */
-                                       : IBV_WC_GENERAL_ERR);
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+                    /* the peer's queue (or our send buffer) is full: the
+                     * engine sends on, in order, when there is room */
+                    if (!q->tx_blocked) {
+                        q->tx_blocked = 1;
+                        vemul_kick(vemul_ctx(q->qp.context));
+                    }
+                    return;
+                }
+                vemul_send_fail(q, vemul_tx_status(errno));
                 return;
             }
             e->sent_off += flen;
@@ -177,6 +233,88 @@ static void vemul_progress_send(struct vemul_qp *q)
             q->sq_done++;
         }
     }
+    q->tx_blocked = 0;
+}
+
+/* ------------------------------------------------------------ the engine */
+
+/* The HCA engine: one thread per context. It sleeps in poll() on the send
+ * sockets of the tx_blocked QPs (POLLOUT) and on wake_fd, without the lock;
+ * with the lock it sends what now fits. It reaches QPs only through
+ * vc->qps under the lock, so a QP that destroy_qp unlinked is never touched
+ * again; a pollfd that names its closed socket only ends one poll() early. */
+static void *vemul_engine(void *arg)
+{
+    struct vemul_context *vc = arg;
+    struct pollfd *fds = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&vc->lock);
+    while (!vc->stop) {
+        size_t want = 1;
+        for (struct vemul_qp *q = vc->qps; q; q = q->next) {
+            if (q->tx_blocked) vemul_progress_send(q);
+            if (q->tx_blocked) want++;
+        }
+        int timeout = -1;
+        if (want > cap) {
+            struct pollfd *f = realloc(fds, want * sizeof(*fds));
+            if (f) {
+                fds = f;
+                cap = want;
+            }
+        }
+        size_t n = 0;
+        if (cap) {
+            fds[n++] = (struct pollfd){.fd = vc->wake_fd, .events = POLLIN};
+            for (struct vemul_qp *q = vc->qps; q && n < cap; q = q->next)
+                if (q->tx_blocked) fds[n++] = (struct pollfd){.fd = q->txfd, .events = POLLOUT};
+        }
+        if (n < want) timeout = 1; /* out of memory: look again soon */
+        pthread_mutex_unlock(&vc->lock);
+        if (n) {
+            poll(fds, (nfds_t)n, timeout);
+            if (fds[0].revents & POLLIN) {
+                uint64_t v;
+                while (read(vc->wake_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+                }
+            }
+        } else {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&vc->lock);
+    }
+    pthread_mutex_unlock(&vc->lock);
+    free(fds);
+    return NULL;
+}
+
+int vemul_engine_start(struct vemul_context *vc)
+{
+    vc->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (vc->wake_fd < 0) return errno;
+    /* every signal stays with the application's threads */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&vc->engine, NULL, vemul_engine, vc);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err) {
+        close(vc->wake_fd);
+        return err;
+    }
+    pthread_setname_np(vc->engine, "vemul-engine");
+    return 0;
+}
+
+void vemul_engine_stop(struct vemul_context *vc)
+{
+    pthread_mutex_lock(&vc->lock);
+    vc->stop = 1;
+    vemul_kick(vc);
+    pthread_mutex_unlock(&vc->lock);
+    pthread_join(vc->engine, NULL);
+    close(vc->wake_fd);
 }
 
 static void vemul_discard_incoming(struct vemul_qp *q)
@@ -326,6 +464,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
         return NULL;
     }
     q->fd = -1;
+    q->txfd = -1;
     q->cap = *cap;
     if (!q->cap.max_send_sge) q->cap.max_send_sge = 1;
     if (!q->cap.max_recv_sge) q->cap.max_recv_sge = 1;
@@ -387,6 +526,7 @@ void vemul_qp_free(struct vemul_qp *q)
 {
     vemul_drop_all(q, 0);
     close(q->fd);
+    vemul_tx_close(q);
     pthread_mutex_destroy(&q->qp.mutex);
     pthread_cond_destroy(&q->qp.cond);
     free(q->sq);
@@ -408,6 +548,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
         return EINVAL;
     }
     *pp = q->next;
+    if (q->tx_blocked) vemul_kick(vc); /* the engine forgets its socket */
     vc->nqp--;
     ((struct vemul_cq *)qp->send_cq)->nqp--;
     ((struct vemul_cq *)qp->recv_cq)->nqp--;
@@ -480,19 +621,27 @@ static int vemul_modify(struct vemul_qp *q, struct ibv_qp_attr *a, int mask)
 
     switch (to) {
     case IBV_QPS_RESET:
+        if (q->tx_blocked) vemul_kick(vemul_ctx(q->qp.context));
         vemul_drop_all(q, 0);
         vemul_discard_incoming(q);
+        vemul_tx_close(q);
         q->dlid = 0;
         q->dqpn = 0;
         break;
     case IBV_QPS_ERR:
+        if (q->tx_blocked) vemul_kick(vemul_ctx(q->qp.context));
         vemul_enter_err(q);
         break;
-    case IBV_QPS_RTR:
+    case IBV_QPS_RTR: {
         q->dlid = dlid;
         q->dqpn = a->dest_qp_num;
         q->peer_len = vemul_addr(&q->peer, dlid, a->dest_qp_num);
+        vemul_tx_close(q);
+        int err = vemul_tx_connect(q);
+        if (err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS) return err;
+        /* a peer that does not exist yet: connected at the first send */
         break;
+    }
     default:
         break;
     }
@@ -507,6 +656,112 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
     int ret = vemul_modify((struct vemul_qp *)qp, attr, attr_mask);
     pthread_mutex_unlock(&vc->lock);
     return ret;
+}
+
+/* ------------------------------------------------------------ wire faults */
+
+/* VERBS_EMUL_CORRUPT=<nth>:<offset>:<xor>[:<len>] (README.md). Send WRs are
+ * counted per process from its start (a forked child starts again at 0),
+ * over all contexts and QPs: every WR that post_send takes into a send
+ * queue counts. */
+struct vemul_corrupt {
+    unsigned long nth;
+    uint32_t off;
+    uint8_t xor_;
+    int has_len;
+    uint32_t len;
+};
+
+static pthread_mutex_t vemul_wire_lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t vemul_wire_pid;
+static unsigned long vemul_wire_sends;
+static char vemul_wire_bad[128]; /* the malformed value reported last */
+
+static int vemul_field(const char **s, unsigned long long max, unsigned long long *v)
+{
+    const char *p = *s;
+    if (*p < '0' || *p > '9') return -1; /* no sign, no blank, not empty */
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(p, &end, 0);
+    if (errno || x > max || (*end && *end != ':')) return -1;
+    *v = x;
+    *s = *end ? end + 1 : end;
+    return *end ? 1 : 0; /* 1: more fields follow */
+}
+
+static int vemul_corrupt_parse(const char *s, struct vemul_corrupt *c)
+{
+    static const unsigned long long max[4] = {ULONG_MAX, UINT32_MAX, 255, VEMUL_MAX_MSG};
+    unsigned long long v[4];
+    int n = 0, more = 1;
+    while (more) {
+        if (n == 4) return -1;
+        more = vemul_field(&s, max[n], &v[n]);
+        if (more < 0) return -1;
+        n++;
+    }
+    if (n < 3 || v[0] == 0) return -1;
+    c->nth = (unsigned long)v[0];
+    c->off = (uint32_t)v[1];
+    c->xor_ = (uint8_t)v[2];
+    c->has_len = n == 4;
+    c->len = n == 4 ? (uint32_t)v[3] : 0;
+    return 0;
+}
+
+/* counts one send WR; 1 when VERBS_EMUL_CORRUPT names it (c filled) */
+static int vemul_wire_count(struct vemul_corrupt *c)
+{
+    const char *s = getenv("VERBS_EMUL_CORRUPT");
+    int hit = 0;
+    pthread_mutex_lock(&vemul_wire_lock);
+    if (vemul_wire_pid != getpid()) {
+        vemul_wire_pid = getpid();
+        vemul_wire_sends = 0;
+        vemul_wire_bad[0] = '\0';
+    }
+    unsigned long n = ++vemul_wire_sends;
+    if (s && *s) {
+        if (vemul_corrupt_parse(s, c) == 0) {
+            hit = c->nth == n;
+        } else if (strncmp(vemul_wire_bad, s, sizeof(vemul_wire_bad) - 1) != 0) {
+            fprintf(stderr,
+                    "verbs_emul: VERBS_EMUL_CORRUPT=\"%s\" ignored: "
+                    "not <nth>:<offset>:<xor>[:<len>]\n",
+                    s);
+            snprintf(vemul_wire_bad, sizeof(vemul_wire_bad), "%s", s);
+        }
+    }
+    pthread_mutex_unlock(&vemul_wire_lock);
+    return hit;
+}
+
+unsigned long verbs_emul_sends_posted(void)
+{
+    pthread_mutex_lock(&vemul_wire_lock);
+    unsigned long n = vemul_wire_pid == getpid() ? vemul_wire_sends : 0;
+    pthread_mutex_unlock(&vemul_wire_lock);
+    return n;
+}
+
+/* the wire copy of e: its length set to len (cut, or extended with zero
+ * bytes) if asked, then byte off XORed (if the wire has it) */
+static int vemul_corrupt_apply(struct vemul_swqe *e, const struct vemul_corrupt *c)
+{
+    if (c->has_len && c->len != e->len) {
+        uint8_t *d = NULL;
+        if (c->len) {
+            d = calloc(1, c->len);
+            if (!d) return ENOMEM;
+            if (e->len) memcpy(d, e->data, e->len < c->len ? e->len : c->len);
+        }
+        free(e->data);
+        e->data = d;
+        e->len = c->len;
+    }
+    if (c->off < e->len) e->data[c->off] ^= c->xor_;
+    return 0;
 }
 
 /* ------------------------------------------------------------ post */
@@ -533,6 +788,7 @@ static int vemul_post_send_one(struct vemul_qp *q, const struct ibv_send_wr *wr)
     memset(e, 0, sizeof(*e));
     e->wr_id = wr->wr_id;
     e->len = (uint32_t)len;
+    e->post_len = (uint32_t)len;
     e->opcode = wr->opcode == IBV_WR_SEND_WITH_IMM ? VEMUL_OP_SEND_IMM : VEMUL_OP_SEND;
     e->imm = wr->opcode == IBV_WR_SEND_WITH_IMM ? wr->imm_data : 0;
     e->signaled = q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
@@ -547,6 +803,15 @@ static int vemul_post_send_one(struct vemul_qp *q, const struct ibv_send_wr *wr)
         for (int i = 0; i < wr->num_sge; i++) {
             memcpy(p, (const void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
             p += wr->sg_list[i].length;
+        }
+    }
+    struct vemul_corrupt c;
+    if (vemul_wire_count(&c) && e->status == IBV_WC_SUCCESS) {
+        int err = vemul_corrupt_apply(e, &c);
+        if (err) {
+            free(e->data);
+            e->data = NULL;
+            return err;
         }
     }
     q->sq_count++;
@@ -566,7 +831,8 @@ int vemul_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_w
             break;
         }
     }
-    vemul_progress_send(q);
+    /* the fast path; while older WRs wait for room, the engine sends */
+    if (!q->tx_blocked) vemul_progress_send(q);
     pthread_mutex_unlock(&vc->lock);
     return ret;
 }

@@ -267,6 +267,15 @@ static void sock_put(int fd, uint32_t v)
     CK(write(fd, &v, sizeof(v)) == (ssize_t)sizeof(v));
 }
 
+static uint32_t sock_get_ms(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CK(poll(&p, 1, ms) == 1);
+    uint32_t v;
+    CK(read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v));
+    return v;
+}
+
 static uint32_t sock_get(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -575,7 +584,248 @@ static void test_peer_destroyed(void **state)
     run_pair(gone_a, gone_b, &cfg_default);
 }
 
+/* The HCA engine: a sends more than b's socket queue holds
+ * (net.unix.max_dgram_qlen, 10 by default), then stops calling verbs and
+ * blocks on the socketpair; b, polling only its own CQ, must get
+ * everything. Then a finds all its send completions. Two rounds: 40 sends
+ * of 16 KiB, and 5 of 1 MiB (16 datagrams each: fragments in order). */
+static const struct {
+    unsigned n;
+    uint32_t len;
+} engine_rounds[] = {{40, 16384}, {5, MAX_MSG}};
+#define ENGINE_ROUNDS (sizeof(engine_rounds) / sizeof(engine_rounds[0]))
+
+static void engine_a(struct ep *e, int sock)
+{
+    CK(verbs_emul_sends_posted() == 0); /* a forked child counts from 0 */
+    for (unsigned r = 0; r < ENGINE_ROUNDS; r++) {
+        unsigned n = engine_rounds[r].n;
+        uint32_t len = engine_rounds[r].len;
+        CK(sock_get(sock) == 10 + r); /* b's receives are posted */
+        for (unsigned i = 0; i < n; i++) {
+            size_t off = len * n <= MAX_MSG ? (size_t)i * len : 0; /* copied at post */
+            fill(e->buf + off, len, 300 + r * 64 + i);
+            CK(post_send(e, i, off, len, IBV_SEND_SIGNALED) == 0);
+        }
+        /* no verbs call from here until b has everything */
+        sock_put(sock, 20 + r);
+        CK(sock_get_ms(sock, 3 * DEADLINE_MS) == 30 + r);
+        struct ibv_wc wc[40];
+        CK(poll_n(e, wc, (int)n) == (int)n);
+        for (unsigned k = 0; k < n; k++) {
+            CK(wc[k].status == IBV_WC_SUCCESS && wc[k].opcode == IBV_WC_SEND);
+            CK(wc[k].wr_id == k);
+        }
+        poll_none(e, 5);
+    }
+    CK(verbs_emul_sends_posted() == 45);
+}
+
+static void engine_b(struct ep *e, int sock)
+{
+    for (unsigned r = 0; r < ENGINE_ROUNDS; r++) {
+        unsigned n = engine_rounds[r].n;
+        uint32_t len = engine_rounds[r].len;
+        for (unsigned i = 0; i < n; i++)
+            CK(post_recv(e, i, RECV_OFF + (size_t)i * len, len) == 0);
+        sock_put(sock, 10 + r);
+        CK(sock_get(sock) == 20 + r); /* a posted all and stopped */
+        struct ibv_wc wc[40];
+        CK(poll_n(e, wc, (int)n) == (int)n);
+        for (unsigned k = 0; k < n; k++) {
+            CK(wc[k].status == IBV_WC_SUCCESS && wc[k].opcode == IBV_WC_RECV);
+            CK(wc[k].wr_id == k && wc[k].byte_len == len);
+            CK(check(e->buf + RECV_OFF + (size_t)k * len, len, 300 + r * 64 + k) == 0);
+        }
+        sock_put(sock, 30 + r);
+    }
+}
+
+static void test_engine_progress(void **state)
+{
+    struct cfg c = cfg_default;
+    c.buflen = RECV_OFF + 5 * (size_t)MAX_MSG;
+    run_pair(engine_a, engine_b, &c);
+}
+
 /* ------------------------------------------------------------ one process */
+
+/* The engine with a peer that does not receive: a QP destroyed, and a
+ * context closed, while the engine waits on them; a peer destroyed while
+ * sends wait (RETRY_EXC_ERR, the rest flushed); and delivery while only
+ * the receiving context is called. */
+static void test_engine_teardown(void **state)
+{
+    struct ep a, b;
+    struct ibv_wc wc[64];
+    pair_open(&a, &b, &cfg_default);
+    for (unsigned i = 0; i < 30; i++) assert_int_equal(post_send(&a, i, 0, 16384, 0), 0);
+    assert_int_equal(ibv_destroy_qp(a.qp), 0); /* sends still waiting */
+    a.qp = NULL;
+    ep_close(&a);
+    ep_close(&b);
+
+    pair_open(&a, &b, &cfg_default);
+    for (unsigned i = 0; i < 30; i++)
+        assert_int_equal(post_send(&a, i, 0, 16384, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(ibv_close_device(a.ctx), 0); /* frees the waiting QP */
+    free(a.buf);
+    ep_close(&b);
+
+    pair_open(&a, &b, &cfg_default);
+    for (unsigned i = 0; i < 30; i++)
+        assert_int_equal(post_send(&a, i, 0, 16384, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(ibv_destroy_qp(b.qp), 0);
+    b.qp = NULL;
+    assert_int_equal(poll_n(&a, wc, 30), 30);
+    unsigned k = 0;
+    while (k < 30 && wc[k].status == IBV_WC_SUCCESS) {
+        assert_int_equal(wc[k].wr_id, k);
+        k++;
+    }
+    assert_true(k >= 1 && k < 30); /* some were in b's socket, some waited */
+    assert_int_equal(wc[k].wr_id, k);
+    assert_int_equal(wc[k].status, IBV_WC_RETRY_EXC_ERR);
+    for (k++; k < 30; k++) {
+        assert_int_equal(wc[k].wr_id, k);
+        assert_int_equal(wc[k].status, IBV_WC_WR_FLUSH_ERR);
+    }
+    assert_int_equal(a.qp->state, IBV_QPS_ERR);
+    ep_close(&a);
+    ep_close(&b);
+
+    /* a's context is not called while b receives */
+    pair_open(&a, &b, &cfg_default);
+    for (unsigned i = 0; i < 40; i++)
+        assert_int_equal(post_recv(&b, i, RECV_OFF + i * 16384, 16384), 0);
+    for (unsigned i = 0; i < 40; i++) {
+        fill(a.buf + i * 16384, 16384, 500 + i);
+        assert_int_equal(post_send(&a, i, i * 16384, 16384, IBV_SEND_SIGNALED), 0);
+    }
+    assert_int_equal(poll_n(&b, wc, 40), 40);
+    for (unsigned i = 0; i < 40; i++) {
+        assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+        assert_int_equal(wc[i].wr_id, i);
+        assert_int_equal(check(b.buf + RECV_OFF + i * 16384, 16384, 500 + i), 0);
+    }
+    assert_int_equal(poll_n(&a, wc, 40), 40);
+    for (unsigned i = 0; i < 40; i++) assert_int_equal(wc[i].wr_id, i);
+    ep_close(&a);
+    ep_close(&b);
+}
+
+/* VERBS_EMUL_CORRUPT=<nth>:<offset>:<xor>[:<len>] */
+static void set_corrupt(unsigned long nth, const char *rest)
+{
+    char v[96];
+    snprintf(v, sizeof(v), "%lu:%s", nth, rest);
+    setenv("VERBS_EMUL_CORRUPT", v, 1);
+}
+
+static void test_wire_corrupt(void **state)
+{
+    struct ep a, b;
+    struct ibv_wc wc[4];
+    pair_open(&a, &b, &cfg_default);
+
+    /* the second of three sends: byte 5 XORed with 0xff on the wire */
+    for (unsigned i = 0; i < 3; i++) assert_int_equal(post_recv(&b, i, RECV_OFF + i * 256, 256), 0);
+    unsigned long n0 = verbs_emul_sends_posted();
+    set_corrupt(n0 + 2, "5:0xff");
+    for (unsigned i = 0; i < 3; i++) {
+        fill(a.buf + i * 100, 100, 40 + i);
+        assert_int_equal(post_send(&a, i, i * 100, 100, IBV_SEND_SIGNALED), 0);
+    }
+    assert_int_equal(verbs_emul_sends_posted(), n0 + 3);
+    assert_int_equal(poll_n(&b, wc, 3), 3);
+    for (unsigned i = 0; i < 3; i++) {
+        assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+        assert_int_equal(wc[i].byte_len, 100);
+    }
+    uint8_t *r = b.buf + RECV_OFF;
+    assert_int_equal(check(r, 100, 40), 0);
+    assert_int_equal(check(r + 512, 100, 42), 0);
+    assert_int_not_equal(check(r + 256, 100, 41), 0);
+    r[256 + 5] ^= 0xff;
+    assert_int_equal(check(r + 256, 100, 41), 0); /* only that byte */
+    assert_int_equal(check(a.buf + 100, 100, 41), 0); /* the sender's buffer is not touched */
+    assert_int_equal(poll_n(&a, wc, 3), 3);
+    assert_int_equal(wc[1].byte_len, 100);
+
+    /* cut to 10 bytes; the XOR beyond the wire length does nothing */
+    assert_int_equal(post_recv(&b, 3, RECV_OFF, 256), 0);
+    set_corrupt(verbs_emul_sends_posted() + 1, "50:1:10");
+    fill(a.buf, 100, 43);
+    assert_int_equal(post_send(&a, 3, 0, 100, IBV_SEND_SIGNALED), 0);
+    wc[0] = poll1(&b);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(wc[0].byte_len, 10);
+    assert_int_equal(check(b.buf + RECV_OFF, 10, 43), 0);
+    wc[0] = poll1(&a);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(wc[0].byte_len, 100); /* the sender's CQE: the length posted */
+
+    /* 64 bytes extended to 100 with zeros, byte 70 XORed with 0x80 */
+    memset(b.buf + RECV_OFF, 0xaa, 256);
+    assert_int_equal(post_recv(&b, 4, RECV_OFF, 256), 0);
+    set_corrupt(verbs_emul_sends_posted() + 1, "70:0x80:100");
+    fill(a.buf, 64, 44);
+    assert_int_equal(post_send(&a, 4, 0, 64, IBV_SEND_SIGNALED), 0);
+    wc[0] = poll1(&b);
+    assert_int_equal(wc[0].byte_len, 100);
+    assert_int_equal(check(b.buf + RECV_OFF, 64, 44), 0);
+    for (unsigned i = 64; i < 100; i++) assert_int_equal(b.buf[RECV_OFF + i], i == 70 ? 0x80 : 0);
+    assert_int_equal(b.buf[RECV_OFF + 100], 0xaa);
+    assert_int_equal(poll1(&a).status, IBV_WC_SUCCESS);
+
+    /* a zero-length SEND made 4 bytes long, the first XORed with 7 */
+    assert_int_equal(post_recv(&b, 5, RECV_OFF, 256), 0);
+    set_corrupt(verbs_emul_sends_posted() + 1, "0:7:4");
+    assert_int_equal(post_send(&a, 5, 0, 0, IBV_SEND_SIGNALED), 0);
+    wc[0] = poll1(&b);
+    assert_int_equal(wc[0].byte_len, 4);
+    assert_memory_equal(b.buf + RECV_OFF, "\x07\0\0\0", 4);
+    assert_int_equal(poll1(&a).status, IBV_WC_SUCCESS);
+
+    /* malformed: one line on stderr, ignored, counting goes on */
+    const char *bad[] = {"x", "1:2", "0:1:1", "1:1:256", "1:1:1:2000000", "1:1:1:1:1", "1::1",
+                         "-1:1:1", "1:1:1:"};
+    for (unsigned v = 0; v < sizeof(bad) / sizeof(bad[0]); v++) {
+        int pfd[2];
+        assert_int_equal(pipe(pfd), 0);
+        fflush(stderr);
+        int saved = dup(2);
+        assert_true(saved >= 0);
+        assert_int_equal(dup2(pfd[1], 2), 2);
+        setenv("VERBS_EMUL_CORRUPT", bad[v], 1);
+        n0 = verbs_emul_sends_posted();
+        for (unsigned i = 0; i < 2; i++) {
+            assert_int_equal(post_recv(&b, 6, RECV_OFF, 256), 0);
+            fill(a.buf, 32, 45 + i);
+            assert_int_equal(post_send(&a, 6, 0, 32, IBV_SEND_SIGNALED), 0);
+            wc[0] = poll1(&b);
+            assert_int_equal(wc[0].byte_len, 32);
+            assert_int_equal(check(b.buf + RECV_OFF, 32, 45 + i), 0);
+            assert_int_equal(poll1(&a).status, IBV_WC_SUCCESS);
+        }
+        assert_int_equal(verbs_emul_sends_posted(), n0 + 2);
+        fflush(stderr);
+        assert_int_equal(dup2(saved, 2), 2);
+        close(saved);
+        close(pfd[1]);
+        char text[512];
+        ssize_t got = read(pfd[0], text, sizeof(text) - 1);
+        close(pfd[0]);
+        assert_true(got > 0);
+        text[got] = '\0';
+        assert_non_null(strstr(text, "VERBS_EMUL_CORRUPT"));
+        assert_non_null(strstr(text, bad[v]));
+        assert_ptr_equal(strchr(text, '\n'), text + got - 1); /* one line */
+    }
+    unsetenv("VERBS_EMUL_CORRUPT");
+    ep_close(&a);
+    ep_close(&b);
+}
 
 static void test_modify_mask_einval(void **state)
 {
@@ -1067,6 +1317,7 @@ int main(void)
     unsetenv("VERBS_EMUL_FAIL");
     unsetenv("VERBS_EMUL_DEVICES");
     unsetenv("VERBS_EMUL_PORT_STATE");
+    unsetenv("VERBS_EMUL_CORRUPT");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pingpong),
         cmocka_unit_test(test_inorder_1000),
@@ -1074,6 +1325,9 @@ int main(void)
         cmocka_unit_test(test_rnr_hold),
         cmocka_unit_test(test_loc_len_err),
         cmocka_unit_test(test_peer_destroyed),
+        cmocka_unit_test(test_engine_progress),
+        cmocka_unit_test(test_engine_teardown),
+        cmocka_unit_test(test_wire_corrupt),
         cmocka_unit_test(test_modify_mask_einval),
         cmocka_unit_test(test_post_in_wrong_state),
         cmocka_unit_test(test_too_many_wrs),

@@ -18,4 +18,10 @@ unsigned long verbs_emul_qp_dropped(struct ibv_qp *qp);
  * other GID. */
 uint16_t verbs_emul_lid_of_gid(const union ibv_gid *gid);
 
+/* Send WRs this process has posted so far, as VERBS_EMUL_CORRUPT counts
+ * them: every WR that post_send took into a send queue, over all contexts
+ * and QPs, since the process started (a forked child starts at 0). The
+ * next WR posted is number verbs_emul_sends_posted() + 1. */
+unsigned long verbs_emul_sends_posted(void);
+
 #endif
