@@ -6,6 +6,8 @@
  * sides (the sanitizer build checks that nothing of the attempt leaks),
  * and an echo with content checks must run over it:
  *
+ *   control      nothing fails: the connection is openib (so the module
+ *                was loaded and tried first in the cases below)
  *   no_device    no verbs device at all: one log line says so
  *   port_down    the device's port is not active: one log line says so
  *   offer_qp     the connecting side cannot create its queue pair
@@ -28,15 +30,15 @@ typedef struct fb_case {
     const char *server_fail; /* VERBS_EMUL_FAIL of the accepting side */
     const char *client_fail; /* ... of the connecting side */
     const char *log_line;  /* every process must have logged this, or NULL */
+    pscom_con_type_t want;
 } fb_case_t;
 
 static const fb_case_t *cur;
 
-static void expect_tcp(pscom_connection_t *con)
+static void expect_type(pscom_connection_t *con)
 {
-    TU_ASSERT_MSG(con->type == PSCOM_CON_TYPE_TCP,
-                  "%s: connection type is \"%s\", want the fallback \"tcp\"", cur->name,
-                  pscom_con_type_str(con->type));
+    TU_ASSERT_MSG(con->type == cur->want, "%s: connection type is \"%s\", want \"%s\"",
+                  cur->name, pscom_con_type_str(con->type), pscom_con_type_str(cur->want));
 }
 
 static void expect_log(void)
@@ -51,7 +53,7 @@ static int fb_server(tu_ctx_t *ctx)
     if (cur->server_fail) setenv("VERBS_EMUL_FAIL", cur->server_fail, 1);
     pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
     pscom_connection_t *con = tu_server_accept_one(ctx, sock);
-    expect_tcp(con);
+    expect_type(con);
     tu_echo_server(con, 7);
     expect_log();
     pscom_close_socket(sock);
@@ -64,7 +66,7 @@ static int fb_client(tu_ctx_t *ctx)
     if (cur->client_fail) setenv("VERBS_EMUL_FAIL", cur->client_fail, 1);
     pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
     pscom_connection_t *con = tu_client_connect(ctx, sock);
-    expect_tcp(con);
+    expect_type(con);
     tu_echo_client(con, 7);
     expect_log();
     pscom_close_socket(sock);
@@ -73,13 +75,15 @@ static int fb_client(tu_ctx_t *ctx)
 }
 
 static const fb_case_t cases[] = {
-    {"no_device", "VERBS_EMUL_DEVICES", "0", NULL, NULL, "openib: no device"},
+#define TCP PSCOM_CON_TYPE_TCP
+    {"control", NULL, NULL, NULL, NULL, NULL, PSCOM_CON_TYPE_OPENIB},
+    {"no_device", "VERBS_EMUL_DEVICES", "0", NULL, NULL, "openib: no device", TCP},
     {"port_down", "VERBS_EMUL_PORT_STATE", "down", NULL, NULL,
-     "openib: no active port with a LID"},
-    {"offer_qp", NULL, NULL, NULL, "create_qp", NULL},
-    {"accept_rtr", NULL, NULL, "modify_qp_rtr", NULL, NULL},
-    {"connect_rtr", NULL, NULL, NULL, "modify_qp_rtr", NULL},
-    {"accept_rts", NULL, NULL, "modify_qp_rts", NULL, NULL},
+     "openib: no active port with a LID", TCP},
+    {"offer_qp", NULL, NULL, NULL, "create_qp", NULL, TCP},
+    {"accept_rtr", NULL, NULL, "modify_qp_rtr", NULL, NULL, TCP},
+    {"connect_rtr", NULL, NULL, NULL, "modify_qp_rtr", NULL, TCP},
+    {"accept_rts", NULL, NULL, "modify_qp_rts", NULL, NULL, TCP},
 };
 
 int main(void)

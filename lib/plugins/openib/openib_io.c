@@ -97,11 +97,17 @@ static size_t copy_slice(char *dst, size_t room, const struct iovec *head,
     return done;
 }
 
+static void harvest(openib_con_t *oc);
+
 /* Send what is queued until the queue is empty or slots or credits run
  * out (then the poller goes on when completions or tokens come). A
  * message counts as sent once it is copied into the slots: the
- * application's buffer is free. Returns 1 if anything went. */
-static int openib_write(openib_con_t *oc)
+ * application's buffer is free. Called from the core (may_harvest), a
+ * write that is short of slots or credits first takes what the
+ * completion queue holds: the peer's credits may be there already, and
+ * the application may not call pscom again before the peer needs this
+ * message. Returns 1 if anything went. */
+static int openib_write(openib_con_t *oc, int may_harvest)
 {
     pscom_con_t *con = oc->con;
     int progress     = 0;
@@ -109,8 +115,14 @@ static int openib_write(openib_con_t *oc)
     oc->in_write = 1;
     for (;;) {
         struct iovec head, data;
+        if (!pscom_write_pending(con)) break;
         /* the last credit stays for a TOKENS packet */
-        if (oc->send_busy >= oc->nsend || oc->credits < 2) break;
+        if (oc->send_busy >= oc->nsend || oc->credits < 2) {
+            if (!may_harvest) break;
+            may_harvest = 0;
+            harvest(oc);
+            continue;
+        }
         if (!pscom_write_peek(con, 0, &head, &data)) break;
         size_t total   = head.iov_len + data.iov_len;
         char *payload  = openib_send_slot(oc, oc->send_head) + sizeof(openib_pkt_hdr_t);
@@ -131,7 +143,7 @@ static int openib_write(openib_con_t *oc)
 void openib_write_start(pscom_con_t *con)
 {
     openib_con_t *oc = openib_con(con);
-    if (oc->started) openib_write(oc);
+    if (oc->started) openib_write(oc, 1);
 }
 
 /* Credits alone, when enough slots freed by data are owed and no data
@@ -147,39 +159,54 @@ static void send_tokens(openib_con_t *oc)
     pkt_post(oc, OPENIB_PKT_TOKENS, 0);
 }
 
-/* One received packet in slot. Returns 1 if the connection stopped. */
-static int handle_recv(openib_con_t *oc, const struct ibv_wc *wc)
+/* A received packet's completion and header: NULL if sound, else what is
+ * wrong with it. */
+static const char *pkt_check(openib_con_t *oc, const struct ibv_wc *wc, openib_pkt_hdr_t *hdr)
 {
-    uint64_t slot = wc->wr_id;
-    if (slot >= oc->nrecv) {
-        protocol_error(oc, "completion of an unknown receive");
-        return 1;
-    }
-    const char *pkt = openib_recv_slot(oc, (unsigned)slot);
+    if (wc->wr_id >= oc->nrecv) return "completion of an unknown receive";
+    if (wc->byte_len < sizeof(*hdr) || wc->byte_len > OPENIB_SLOT_SIZE)
+        return "packet of a bad length";
+    memcpy(hdr, openib_recv_slot(oc, (unsigned)wc->wr_id), sizeof(*hdr));
+    size_t len = wc->byte_len - sizeof(*hdr);
+    if (hdr->magic != OPENIB_PKT_MAGIC ||
+        (hdr->flags & ~(OPENIB_PKT_WHOLE | OPENIB_PKT_TOKENS)) ||
+        ((hdr->flags & OPENIB_PKT_TOKENS) && len))
+        return "malformed packet header";
+    return NULL;
+}
+
+/* The credits a packet returns. NULL, or what is wrong. */
+static const char *credits_take(openib_con_t *oc, const openib_pkt_hdr_t *hdr)
+{
+    if (hdr->tokens > oc->peer_recvq - oc->credits) return "more credits returned than lent";
+    oc->credits += hdr->tokens;
+    return NULL;
+}
+
+/* One received packet (its credits taken already if credited). Returns 1
+ * if the connection stopped. */
+static int handle_recv(openib_con_t *oc, const struct ibv_wc *wc, int credited)
+{
     openib_pkt_hdr_t hdr;
-    if (wc->byte_len < sizeof(hdr) || wc->byte_len > OPENIB_SLOT_SIZE) {
-        protocol_error(oc, "packet of a bad length");
+    const char *bad = pkt_check(oc, wc, &hdr);
+    if (!bad && !credited) bad = credits_take(oc, &hdr);
+    if (bad) {
+        protocol_error(oc, bad);
         return 1;
     }
-    memcpy(&hdr, pkt, sizeof(hdr));
-    size_t len = wc->byte_len - sizeof(hdr);
-    if (hdr.magic != OPENIB_PKT_MAGIC || (hdr.flags & ~(OPENIB_PKT_WHOLE | OPENIB_PKT_TOKENS)) ||
-        ((hdr.flags & OPENIB_PKT_TOKENS) && len)) {
-        protocol_error(oc, "malformed packet header");
-        return 1;
-    }
-    if (hdr.tokens > oc->peer_recvq - oc->credits) {
-        protocol_error(oc, "more credits returned than lent");
-        return 1;
-    }
-    oc->credits += hdr.tokens;
-    if (len) {
-        const char *payload = pkt + sizeof(hdr);
+    unsigned slot = (unsigned)wc->wr_id;
+    size_t len    = wc->byte_len - sizeof(hdr);
+    /* After the peer's EOF message (or a protocol error the core found)
+     * the core reads nothing more; packets still come with the credits
+     * that our own EOF message may need. */
+    if (len && !oc->read_stopped) {
+        const char *payload = openib_recv_slot(oc, slot) + sizeof(hdr);
         int stop            = (hdr.flags & OPENIB_PKT_WHOLE) ? pscom_read_msg(oc->con, payload, len)
                                                              : pscom_read_feed(oc->con, payload, len);
-        if (stop || oc->closed) return 1;
+        if (oc->closed) return 1;
+        if (stop) oc->read_stopped = 1;
     }
-    int err = openib_post_recv(oc, (unsigned)slot);
+    int err = openib_post_recv(oc, slot);
     if (err) {
         plog_err("%s: openib: ibv_post_recv: %s", pscom_con_name(oc->con), strerror(err));
         con_fail(oc, PSCOM_OP_READ, err);
@@ -204,14 +231,60 @@ static void handle_error(openib_con_t *oc, const struct ibv_wc *wc)
     con_fail(oc, writing ? PSCOM_OP_WRITE : PSCOM_OP_READ, ECONNRESET);
 }
 
-/* Take what the completion queue holds. Returns 1 if anything was done,
- * and then the connection may have been closed meanwhile. */
+/* One completion. Returns 1 if the connection stopped. */
+static int handle_wc(openib_con_t *oc, const struct ibv_wc *wc, int credited)
+{
+    if (wc->status != IBV_WC_SUCCESS) {
+        handle_error(oc, wc);
+        return 1;
+    }
+    if (!(wc->wr_id & OPENIB_WR_SEND)) return handle_recv(oc, wc, credited);
+    oc->send_busy--;
+    return 0;
+}
+
+/* From the write path (inside a core call): take the completion queue's
+ * entries without handing anything to the core. Send completions free
+ * their slots, received packets give their credits at once and wait in
+ * the stash, in order, for the next progress pass to deliver them. */
+static void harvest(openib_con_t *oc)
+{
+    struct ibv_wc wc[WC_BATCH];
+    while (oc->stash_count < oc->stash_cap) {
+        unsigned room = oc->stash_cap - oc->stash_count;
+        int n         = ibv_poll_cq(oc->cq, room < WC_BATCH ? (int)room : WC_BATCH, wc);
+        if (n <= 0) return; /* an error: the next progress pass says it */
+        for (int i = 0; i < n; i++) {
+            if (wc[i].status == IBV_WC_SUCCESS && (wc[i].wr_id & OPENIB_WR_SEND)) {
+                oc->send_busy--;
+                continue;
+            }
+            openib_stash_t *e = &oc->stash[(oc->stash_head + oc->stash_count++) % oc->stash_cap];
+            openib_pkt_hdr_t hdr;
+            e->wc       = wc[i];
+            e->credited = wc[i].status == IBV_WC_SUCCESS && !pkt_check(oc, &wc[i], &hdr) &&
+                          !credits_take(oc, &hdr);
+        }
+    }
+}
+
+/* Deliver what the stash holds, then take what the completion queue
+ * holds. Returns 1 if anything was done, and then the connection may have
+ * been closed meanwhile. */
 int openib_con_progress(openib_con_t *oc)
 {
     struct ibv_wc wc[WC_BATCH];
-    int progress = 0, n;
+    int progress = 0, n = 0;
     if (oc->closed || oc->failed) return 0;
-    do {
+    for (;;) {
+        if (oc->stash_count) { /* older than anything still in the queue */
+            openib_stash_t e = oc->stash[oc->stash_head];
+            oc->stash_head   = (oc->stash_head + 1) % oc->stash_cap;
+            oc->stash_count--;
+            progress = 1;
+            if (handle_wc(oc, &e.wc, e.credited)) return 1;
+            continue;
+        }
         n = ibv_poll_cq(oc->cq, WC_BATCH, wc);
         if (n < 0) {
             plog_err("%s: openib: ibv_poll_cq failed", pscom_con_name(oc->con));
@@ -220,18 +293,12 @@ int openib_con_progress(openib_con_t *oc)
         }
         for (int i = 0; i < n; i++) {
             progress = 1;
-            if (wc[i].status != IBV_WC_SUCCESS) {
-                handle_error(oc, &wc[i]);
-                return 1;
-            }
-            if (wc[i].wr_id & OPENIB_WR_SEND) {
-                oc->send_busy--;
-            } else if (handle_recv(oc, &wc[i])) {
-                return 1;
-            }
+            if (handle_wc(oc, &wc[i], 0)) return 1;
         }
-    } while (n == WC_BATCH);
-    if (progress && pscom_write_pending(oc->con)) openib_write(oc);
+        /* a write from inside a delivery may have stashed newer entries */
+        if (n < WC_BATCH && !oc->stash_count) break;
+    }
+    if (progress && pscom_write_pending(oc->con)) openib_write(oc, 0);
     if (!oc->closed) send_tokens(oc);
     return progress;
 }
@@ -261,7 +328,7 @@ int openib_busy(pscom_poller_t *poller)
     pscom_list_t *pos;
     pscom_list_for_each(pos, &openib_dev.cons) {
         openib_con_t *oc = pscom_list_entry(pos, openib_con_t, next);
-        if (oc->send_busy || pscom_write_pending(oc->con)) return 1;
+        if (oc->send_busy || oc->stash_count || pscom_write_pending(oc->con)) return 1;
     }
     return 0;
 }

@@ -73,6 +73,12 @@ extern openib_dev_t openib_dev;
 
 /* ---- connections ----------------------------------------------------------- */
 
+/* A completion taken from the queue by the write path, not yet handled. */
+typedef struct openib_stash {
+    struct ibv_wc wc;
+    int credited; /* its credits are taken already */
+} openib_stash_t;
+
 typedef struct openib_con {
     pscom_con_t *con;
     struct ibv_cq *cq;        /* send and receive completions of this QP */
@@ -91,6 +97,8 @@ typedef struct openib_con {
     int in_write;             /* re-entrancy guard of openib_write */
 
     /* receiving */
+    openib_stash_t *stash;    /* ring of stash_cap: completions the write path took */
+    unsigned stash_head, stash_count, stash_cap;
     unsigned owed;            /* receive slots freed, not yet told to the peer */
     unsigned owed_data;       /* ... of them freed by packets with data */
 
@@ -99,6 +107,7 @@ typedef struct openib_con {
     unsigned started : 1;
     unsigned closed : 1;
     unsigned failed : 1;      /* an error was reported */
+    unsigned read_stopped : 1; /* the core reads no more (the peer's EOF came) */
 } openib_con_t;
 
 static inline openib_con_t *openib_con(pscom_con_t *con)

@@ -44,6 +44,10 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
     oc->nsend = openib_cfg.sendq_size;
     size_t len = (size_t)(oc->nrecv + oc->nsend) * OPENIB_SLOT_SIZE;
     what = "buffer";
+    /* every completion the queue can hold, and one */
+    oc->stash_cap = oc->nrecv + oc->nsend + 1;
+    oc->stash     = calloc(oc->stash_cap, sizeof(*oc->stash));
+    if (!oc->stash) goto err_buf;
     if (posix_memalign((void **)&oc->buf, 4096, len)) goto err_buf;
     memset(oc->buf, 0, len);
     what    = "memory registration";
@@ -87,6 +91,8 @@ err_mr:
     free(oc->buf);
     oc->buf = NULL;
 err_buf:
+    free(oc->stash);
+    oc->stash = NULL;
     if (!err) err = errno;
     plog_dbg("%s: openib: %s: %s", pscom_con_name(con), what, strerror(err));
     return -1;
@@ -98,6 +104,8 @@ void openib_con_resources_free(openib_con_t *oc)
     if (oc->cq) ibv_destroy_cq(oc->cq);
     if (oc->mr) ibv_dereg_mr(oc->mr);
     free(oc->buf);
+    free(oc->stash);
+    oc->stash = NULL;
     oc->qp  = NULL;
     oc->cq  = NULL;
     oc->mr  = NULL;
