@@ -18,6 +18,17 @@
  * and, with the verbs of the accepting side failing later:
  *
  *   accept_rts   the accepting side's queue pair cannot reach RTS
+ *
+ * Then a peer whose packets arrive broken (VERBS_EMUL_CORRUPT changes the
+ * client's second send on the wire, the message after its hello): the
+ * server's posted receive must end with an error, con_error must come on
+ * both sides, the server must log what was wrong, and nothing may hang:
+ *
+ *   bad_magic    the packet header's magic
+ *   bad_flags    a flag that does not exist
+ *   bad_tokens   more credits returned than were ever lent
+ *   bad_length   a packet shorter than its header
+ *   bad_type     the pscom message inside: a type that does not exist
  */
 #include "pscom_testutil.h"
 
@@ -86,6 +97,62 @@ static const fb_case_t cases[] = {
     {"accept_rts", NULL, NULL, "modify_qp_rts", NULL, NULL, TCP},
 };
 
+/* ---- broken packets ---------------------------------------------------------- */
+
+typedef struct gb_case {
+    const char *name;
+    const char *corrupt;  /* VERBS_EMUL_CORRUPT of the client */
+    const char *log_line; /* the server must have logged this once, or NULL */
+} gb_case_t;
+
+static const gb_case_t *gcur;
+
+static int gb_server(tu_ctx_t *ctx)
+{
+    unsigned char buf[100];
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error     = tu_on_con_error;
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    TU_ASSERT_EQ(con->type, PSCOM_CON_TYPE_OPENIB);
+    pscom_request_t *r = tu_post_recv(con, buf, sizeof(buf), 4);
+    tu_signal(ctx, 1, 1);
+    pscom_wait(r);
+    TU_ASSERT_MSG((r->state & PSCOM_REQ_STATE_ERROR) && !pscom_req_successful(r),
+                  "%s: the receive of the broken message did not fail: [%s]", gcur->name,
+                  tu_state_str(r->state));
+    while (!tu_error_of(con)) pscom_wait_any();
+    if (gcur->log_line) {
+        TU_ASSERT_MSG(tu_log_file_count(gcur->log_line) == 1, "%s: \"%s\" logged %d times",
+                      gcur->name, gcur->log_line, tu_log_file_count(gcur->log_line));
+    }
+    pscom_request_free(r);
+    pscom_close_socket(sock);
+    tu_log_file_remove();
+    return 0;
+}
+
+static int gb_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error     = tu_on_con_error;
+    pscom_connection_t *con = tu_client_connect(ctx, sock); /* its hello: send 1 */
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 1);
+    setenv("VERBS_EMUL_CORRUPT", gcur->corrupt, 1);
+    tu_send_pattern(con, 5, 100); /* send 2 */
+    while (!tu_error_of(con)) pscom_wait_any();
+    pscom_close_socket(sock);
+    tu_log_file_remove();
+    return 0;
+}
+
+static const gb_case_t gb_cases[] = {
+    {"bad_magic", "2:0:0xff", "openib: protocol error: malformed packet header"},
+    {"bad_flags", "2:2:0x80", "openib: protocol error: malformed packet header"},
+    {"bad_tokens", "2:7:0x40", "openib: protocol error: more credits returned than lent"},
+    {"bad_length", "2:0:0:4", "openib: protocol error: packet of a bad length"},
+    {"bad_type", "2:10:0x7f", NULL},
+};
+
 int main(void)
 {
     setenv("PSP_PLUGINDIR", PSCOM_TEST_OPENIB_EMUL_DIR, 1);
@@ -102,6 +169,13 @@ int main(void)
         unsetenv("VERBS_EMUL_FAIL");
         if (cur->env) setenv(cur->env, cur->env_value, 1);
         if (tu_run(cur->name, 1, fb_server, fb_client, NULL)) return 1;
+    }
+    unsetenv("VERBS_EMUL_DEVICES");
+    unsetenv("VERBS_EMUL_PORT_STATE");
+    unsetenv("VERBS_EMUL_FAIL");
+    for (size_t i = 0; i < sizeof(gb_cases) / sizeof(gb_cases[0]); i++) {
+        gcur = &gb_cases[i];
+        if (tu_run(gcur->name, 1, gb_server, gb_client, NULL)) return 1;
     }
     return 0;
 }
