@@ -8,6 +8,9 @@
  *
  *   control      nothing fails: the connection is openib (so the module
  *                was loaded and tried first in the cases below)
+ *   real_module  the module built against the real libibverbs, on a
+ *                machine without an RDMA device: one line says so
+ *                ("openib: no verbs devices ..." or "openib: no device")
  *   no_device    no verbs device at all: one log line says so
  *   port_down    the device's port is not active: one log line says so
  *   offer_qp     the connecting side cannot create its queue pair
@@ -42,6 +45,7 @@ typedef struct fb_case {
     const char *client_fail; /* ... of the connecting side */
     const char *log_line;  /* every process must have logged this, or NULL */
     pscom_con_type_t want;
+    int real;              /* the real module (next to libpscom), not the emulation's */
 } fb_case_t;
 
 static const fb_case_t *cur;
@@ -88,6 +92,7 @@ static int fb_client(tu_ctx_t *ctx)
 static const fb_case_t cases[] = {
 #define TCP PSCOM_CON_TYPE_TCP
     {"control", NULL, NULL, NULL, NULL, NULL, PSCOM_CON_TYPE_OPENIB},
+    {"real_module", NULL, NULL, NULL, NULL, "openib: no ", TCP, 1},
     {"no_device", "VERBS_EMUL_DEVICES", "0", NULL, NULL, "openib: no device", TCP},
     {"port_down", "VERBS_EMUL_PORT_STATE", "down", NULL, NULL,
      "openib: no active port with a LID", TCP},
@@ -155,7 +160,6 @@ static const gb_case_t gb_cases[] = {
 
 int main(void)
 {
-    setenv("PSP_PLUGINDIR", PSCOM_TEST_OPENIB_EMUL_DIR, 1);
     setenv("PSP_OPENIB", "1", 1);
     setenv("PSP_TCP", "1", 1);
     setenv("PSP_SHM", "0", 1);
@@ -168,11 +172,17 @@ int main(void)
         unsetenv("VERBS_EMUL_PORT_STATE");
         unsetenv("VERBS_EMUL_FAIL");
         if (cur->env) setenv(cur->env, cur->env_value, 1);
+        if (cur->real) {
+            unsetenv("PSP_PLUGINDIR");
+        } else {
+            setenv("PSP_PLUGINDIR", PSCOM_TEST_OPENIB_EMUL_DIR, 1);
+        }
         if (tu_run(cur->name, 1, fb_server, fb_client, NULL)) return 1;
     }
     unsetenv("VERBS_EMUL_DEVICES");
     unsetenv("VERBS_EMUL_PORT_STATE");
     unsetenv("VERBS_EMUL_FAIL");
+    setenv("PSP_PLUGINDIR", PSCOM_TEST_OPENIB_EMUL_DIR, 1);
     for (size_t i = 0; i < sizeof(gb_cases) / sizeof(gb_cases[0]); i++) {
         gcur = &gb_cases[i];
         if (tu_run(gcur->name, 1, gb_server, gb_client, NULL)) return 1;
