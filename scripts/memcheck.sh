@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Run the integration tests under valgrind's memcheck, over tcp and over
-# shm: reads of uninitialised memory, which the ASan+UBSan job does not
+# Run the integration tests under valgrind's memcheck, over tcp, over shm
+# and over openib on the software HCA (TRANSPORTS="tcp shm openib"): reads of uninitialised memory, which the ASan+UBSan job does not
 # see. (ctest runs the fuzz targets' generated inputs under memcheck
 # already: the tests labelled "valgrind".) Takes about 4 minutes here.
 #
@@ -34,13 +34,24 @@ if [ ${#tests[@]} -eq 0 ]; then
          itest_rndv_close)
 fi
 
+# openib (test/verbs_emul): the tests that run per transport, and its own
+per_transport=" itest_msg_sizes itest_order itest_any_source itest_truncation itest_probe
+  itest_cancel itest_recv_accept itest_peer_close itest_stress itest_peer_killed
+  itest_send_variants itest_wait_sleep itest_rma itest_rndv itest_rndv_death itest_group
+  itest_threads itest_rndv_close itest_openib "
+
 bad=0
-for tr in tcp shm; do
+for tr in ${TRANSPORTS:-tcp shm openib}; do
   case $tr in
     tcp) env_=(PSP_SHM=0 PSP_UCP=0 PSCOM_TEST_CONTYPE=tcp) ;;
     shm) env_=(PSP_SHM_CMA=0 PSP_UCP=0) ;; # tests that switch shm off stay on tcp
+    openib) env_=(PSP_TCP=0 PSP_SHM=0 PSP_UCP=0 PSP_OPENIB=1 PSCOM_TEST_CONTYPE=openib-emul
+                  "PSP_PLUGINDIR=$(cd "${BUILD_DIR:-build}" && pwd)/test/openib_emul") ;;
   esac
-  for t in "${tests[@]}"; do
+  run=("${tests[@]}")
+  [ "$tr" = openib ] && [ $# -eq 0 ] && run=(${per_transport})
+  for t in "${run[@]}"; do
+    [[ "$tr" != openib && "$t" = itest_openib ]] && continue
     log=$out/$tr.$t.log
     start=$(date +%s)
     env "${env_[@]}" PSCOM_TEST_TIMEOUT=300 timeout 900 \

@@ -63,30 +63,32 @@ static void expect_log(void)
                   cur->name, cur->log_line, tu_log_file_count(cur->log_line));
 }
 
-static int fb_server(tu_ctx_t *ctx)
+static int fb_role(tu_ctx_t *ctx, int server)
 {
-    if (cur->server_fail) setenv("VERBS_EMUL_FAIL", cur->server_fail, 1);
+    const char *fail = server ? cur->server_fail : cur->client_fail;
+    if (fail) setenv("VERBS_EMUL_FAIL", fail, 1);
     pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    pscom_connection_t *con = server ? tu_server_accept_one(ctx, sock) : tu_client_connect(ctx, sock);
     expect_type(con);
-    tu_echo_server(con, 7);
+    if (server) {
+        tu_echo_server(con, 7);
+    } else {
+        tu_echo_client(con, 7);
+    }
     expect_log();
     pscom_close_socket(sock);
     tu_log_file_remove();
     return 0;
 }
 
+static int fb_server(tu_ctx_t *ctx)
+{
+    return fb_role(ctx, 1);
+}
+
 static int fb_client(tu_ctx_t *ctx)
 {
-    if (cur->client_fail) setenv("VERBS_EMUL_FAIL", cur->client_fail, 1);
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
-    expect_type(con);
-    tu_echo_client(con, 7);
-    expect_log();
-    pscom_close_socket(sock);
-    tu_log_file_remove();
-    return 0;
+    return fb_role(ctx, 0);
 }
 
 static const fb_case_t cases[] = {

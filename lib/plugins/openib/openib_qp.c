@@ -38,7 +38,7 @@ static int qp_init(openib_con_t *oc)
 int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
 {
     const char *what;
-    int err = 0;
+    int err   = 0;
     oc->con   = con;
     oc->nrecv = openib_cfg.recvq_size;
     oc->nsend = openib_cfg.sendq_size;
@@ -47,15 +47,14 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
     /* every completion the queue can hold, and one */
     oc->stash_cap = oc->nrecv + oc->nsend + 1;
     oc->stash     = calloc(oc->stash_cap, sizeof(*oc->stash));
-    if (!oc->stash) goto err_buf;
-    if (posix_memalign((void **)&oc->buf, 4096, len)) goto err_buf;
+    if (!oc->stash || posix_memalign((void **)&oc->buf, 4096, len)) goto err;
     memset(oc->buf, 0, len);
-    what    = "memory registration";
-    oc->mr  = ibv_reg_mr(openib_dev.pd, oc->buf, len, IBV_ACCESS_LOCAL_WRITE);
-    if (!oc->mr) goto err_mr;
-    what    = "completion queue";
-    oc->cq  = ibv_create_cq(openib_dev.ctx, (int)(oc->nrecv + oc->nsend), NULL, NULL, 0);
-    if (!oc->cq) goto err_cq;
+    what   = "memory registration";
+    oc->mr = ibv_reg_mr(openib_dev.pd, oc->buf, len, IBV_ACCESS_LOCAL_WRITE);
+    if (!oc->mr) goto err;
+    what   = "completion queue";
+    oc->cq = ibv_create_cq(openib_dev.ctx, (int)(oc->nrecv + oc->nsend), NULL, NULL, 0);
+    if (!oc->cq) goto err;
     struct ibv_qp_init_attr qa = {
         .send_cq = oc->cq,
         .recv_cq = oc->cq,
@@ -66,35 +65,22 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
     };
     what   = "queue pair";
     oc->qp = ibv_create_qp(openib_dev.pd, &qa);
-    if (!oc->qp) goto err_qp;
+    if (!oc->qp) goto err;
     what = "queue pair INIT";
-    if ((err = qp_init(oc)) != 0) goto err_post;
+    if ((err = qp_init(oc)) != 0) goto err;
     what = "receive";
     for (unsigned i = 0; i < oc->nrecv; i++) {
-        if ((err = openib_post_recv(oc, i)) != 0) goto err_post;
+        if ((err = openib_post_recv(oc, i)) != 0) goto err;
     }
     uint32_t r = 0;
     if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r)) r = (uint32_t)(uintptr_t)oc;
     oc->psn = r & 0xffffffu;
     return 0;
 
-err_post:
-    ibv_destroy_qp(oc->qp);
-    oc->qp = NULL;
-err_qp:
-    ibv_destroy_cq(oc->cq);
-    oc->cq = NULL;
-err_cq:
-    ibv_dereg_mr(oc->mr);
-    oc->mr = NULL;
-err_mr:
-    free(oc->buf);
-    oc->buf = NULL;
-err_buf:
-    free(oc->stash);
-    oc->stash = NULL;
+err:
     if (!err) err = errno;
     plog_dbg("%s: openib: %s: %s", pscom_con_name(con), what, strerror(err));
+    openib_con_resources_free(oc);
     return -1;
 }
 
