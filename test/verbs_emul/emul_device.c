@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
     pthread_mutex_init(&vc->ctx.mutex, NULL);
     /* the HCA engine runs in the process that opens the device; a context
      * must not be used across fork() (README.md) */
+    vc->pid = getpid();
     int err = vemul_engine_start(vc);
     if (err) {
         pthread_mutex_destroy(&vc->lock);
@@ -393,7 +395,62 @@ void vemul_free_mrs(struct vemul_context *vc)
 
 /* ------------------------------------------------------------ completion channels */
 
-/* Its fd never becomes readable: completion events are not emulated. */
+/* Events (README.md): req_notify_cq arms a CQ; the next CQE added to it
+ * queues one event on its channel and disarms it. The channel's fd (an
+ * eventfd) holds 1 while events are queued and 0 otherwise; it is changed
+ * only here, under the context's lock, so its read never blocks even when
+ * the application left the fd blocking. */
+static void vemul_chan_fd_set(struct vemul_chan *ch, int readable)
+{
+    uint64_t v = 1;
+    if (readable) {
+        while (write(ch->ch.fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+        }
+    } else {
+        /* a read only when there is something to read (the application
+         * might have read the fd itself, which it must not) */
+        struct pollfd p = {.fd = ch->ch.fd, .events = POLLIN};
+        if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN))
+            while (read(ch->ch.fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+            }
+    }
+}
+
+/* appends one event of c to its channel's queue */
+static void vemul_cq_event(struct vemul_cq *c)
+{
+    struct vemul_chan *ch = (struct vemul_chan *)c->cq.channel;
+    c->armed = 0;
+    if (!ch) return; /* armed without a channel: the event goes nowhere */
+    if (c->ev_queued++) return; /* already queued */
+    c->ev_next = NULL;
+    if (ch->ev_tail)
+        ch->ev_tail->ev_next = c;
+    else
+        ch->ev_head = c;
+    ch->ev_tail = c;
+    if (ch->ev_head == c) vemul_chan_fd_set(ch, 1);
+}
+
+/* removes c from its channel's queue (all of its queued events) */
+static void vemul_cq_unqueue(struct vemul_cq *c)
+{
+    struct vemul_chan *ch = (struct vemul_chan *)c->cq.channel;
+    if (!ch || !c->ev_queued) return;
+    struct vemul_cq *prev = NULL, **pp = &ch->ev_head;
+    while (*pp != c) {
+        prev = *pp;
+        pp = &(*pp)->ev_next;
+    }
+    *pp = c->ev_next;
+    if (ch->ev_tail == c) ch->ev_tail = prev;
+    c->ev_next = NULL;
+    c->ev_queued = 0;
+    if (!ch->ev_head) vemul_chan_fd_set(ch, 0);
+}
+
+/* The fd is close-on-exec and blocking, as a real channel's is; an
+ * application sets O_NONBLOCK with fcntl() if it wants. */
 struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 {
     struct vemul_context *vc = vemul_ctx(context);
@@ -402,7 +459,7 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
         errno = ENOMEM;
         return NULL;
     }
-    ch->ch.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    ch->ch.fd = eventfd(0, EFD_CLOEXEC);
     if (ch->ch.fd < 0) {
         free(ch);
         return NULL;
@@ -420,7 +477,7 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
     struct vemul_context *vc = vemul_ctx(channel->context);
     struct vemul_chan *ch = (struct vemul_chan *)channel;
     pthread_mutex_lock(&vc->lock);
-    if (channel->refcnt) {
+    if (channel->refcnt) { /* CQs are bound to it (their events with them) */
         pthread_mutex_unlock(&vc->lock);
         return EBUSY;
     }
@@ -431,6 +488,58 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
     close(channel->fd);
     free(ch);
     return 0;
+}
+
+/* Takes the oldest event. With none queued, waits until the fd is readable
+ * (poll(), so a signal ends the wait with EINTR), or fails with EAGAIN if
+ * the application made the fd O_NONBLOCK. A CQ with more than one event
+ * queued goes to the back of the queue after each. */
+int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
+{
+    struct vemul_context *vc = vemul_ctx(channel->context);
+    struct vemul_chan *ch = (struct vemul_chan *)channel;
+    for (;;) {
+        pthread_mutex_lock(&vc->lock);
+        struct vemul_cq *c = ch->ev_head;
+        if (c) {
+            ch->ev_head = c->ev_next;
+            if (!ch->ev_head) ch->ev_tail = NULL;
+            c->ev_next = NULL;
+            if (--c->ev_queued) { /* more of its events: to the back */
+                if (ch->ev_tail)
+                    ch->ev_tail->ev_next = c;
+                else
+                    ch->ev_head = c;
+                ch->ev_tail = c;
+            }
+            if (!ch->ev_head) vemul_chan_fd_set(ch, 0);
+            c->ev_unacked++;
+            *cq = &c->cq;
+            *cq_context = c->cq.cq_context;
+            pthread_mutex_unlock(&vc->lock);
+            return 0;
+        }
+        pthread_mutex_unlock(&vc->lock);
+        int fl = fcntl(channel->fd, F_GETFL);
+        if (fl < 0) return -1;
+        if (fl & O_NONBLOCK) {
+            errno = EAGAIN;
+            return -1;
+        }
+        struct pollfd p = {.fd = channel->fd, .events = POLLIN};
+        if (poll(&p, 1, -1) < 0) return -1; /* EINTR included */
+    }
+}
+
+void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+    struct vemul_context *vc = vemul_ctx(cq->context);
+    struct vemul_cq *c = (struct vemul_cq *)cq;
+    pthread_mutex_lock(&vc->lock);
+    /* acknowledging more than was taken is ignored beyond the count */
+    c->ev_unacked -= nevents < c->ev_unacked ? nevents : c->ev_unacked;
+    cq->comp_events_completed += nevents;
+    pthread_mutex_unlock(&vc->lock);
 }
 
 /* ------------------------------------------------------------ CQs */
@@ -473,10 +582,13 @@ int ibv_destroy_cq(struct ibv_cq *cq)
     struct vemul_context *vc = vemul_ctx(cq->context);
     struct vemul_cq *c = (struct vemul_cq *)cq;
     pthread_mutex_lock(&vc->lock);
-    if (c->nqp) {
+    /* QPs use it, or events were taken and not acknowledged (where a real
+     * libibverbs waits for the acknowledgements) */
+    if (c->nqp || c->ev_unacked) {
         pthread_mutex_unlock(&vc->lock);
         return EBUSY;
     }
+    vemul_cq_unqueue(c); /* events not taken yet are dropped */
     struct vemul_cq **pp = &vc->cqs;
     while (*pp != c) pp = &(*pp)->next;
     *pp = c->next;
@@ -492,6 +604,9 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 void vemul_cq_push(struct vemul_cq *c, const struct ibv_wc *wc)
 {
     if (c->overrun) return;
+    /* the event comes for the CQE, or for the overrun (so that a waiter
+     * wakes and finds poll_cq failing) */
+    if (c->armed) vemul_cq_event(c);
     if (c->count == c->cap) {
         c->overrun = 1;
         fprintf(stderr, "verbs_emul: CQ %p overrun (%u entries): completions lost\n",
@@ -545,8 +660,20 @@ int vemul_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
     return n;
 }
 
+/* Arms the CQ once: the next CQE added to it (any, solicited_only or not)
+ * raises one event. CQEs already in it do not. The engine now receives
+ * for the QPs that use it as receive CQ, so that a message raises the
+ * event while nobody polls. */
 int vemul_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
+    struct vemul_context *vc = vemul_ctx(cq->context);
+    struct vemul_cq *c = (struct vemul_cq *)cq;
+    (void)solicited_only;
+    pthread_mutex_lock(&vc->lock);
+    c->armed = 1;
+    for (struct vemul_qp *q = vc->qps; q; q = q->next)
+        if (q->qp.recv_cq == cq) vemul_rx_watch_kick(q);
+    pthread_mutex_unlock(&vc->lock);
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/un.h>
 
 #include <infiniband/verbs.h>
@@ -67,9 +68,16 @@ struct vemul_pd {
     unsigned nmr, nqp;
 };
 
+/* A completion channel. ch.fd is an eventfd (close-on-exec, blocking
+ * unless the application sets O_NONBLOCK) that holds 1 exactly while the
+ * event queue is not empty: it is written and read only under the
+ * context's lock, when the queue turns non-empty and empty, so those
+ * calls never block. The queue is a FIFO of the CQs that have events
+ * waiting (each at most once; vemul_cq.ev_queued counts its events). */
 struct vemul_chan {
     struct ibv_comp_channel ch; /* must be first */
     struct vemul_chan *next;
+    struct vemul_cq *ev_head, *ev_tail;
 };
 
 struct vemul_cq {
@@ -79,6 +87,13 @@ struct vemul_cq {
     unsigned ring_size, head, count, cap;
     unsigned nqp; /* QPs using it as send or receive CQ */
     int overrun;
+    /* completion events (README.md): armed by req_notify_cq until the next
+     * CQE; events queued on the channel and not yet taken by
+     * ibv_get_cq_event; taken and not yet acknowledged */
+    int armed;
+    unsigned ev_queued;
+    unsigned long ev_unacked;
+    struct vemul_cq *ev_next; /* in the channel's queue */
 };
 
 /* send queue entry */
@@ -134,6 +149,10 @@ struct vemul_qp {
     uint8_t rx_opcode;
 
     unsigned long dropped;
+
+    /* the engine's current poll() set holds fd (POLLIN: the receive CQ is
+     * armed) or txfd (POLLOUT: tx_blocked); set and read under the lock */
+    int rx_polled, tx_polled;
 };
 
 struct vemul_context {
@@ -149,10 +168,14 @@ struct vemul_context {
     struct vemul_mr *mrs[VEMUL_MR_BUCKETS];
     uint8_t *scratch; /* VEMUL_FRAG bytes: receive buffer for one datagram */
 
-    /* the HCA engine: a thread that sends what post_send could not */
+    /* the HCA engine: a thread that sends what post_send could not, and
+     * receives for QPs whose receive CQ is armed */
     pthread_t engine;
-    int wake_fd; /* eventfd: new blocked QP, destroyed QP, or stop */
+    pid_t pid; /* the process the engine runs in */
+    int wake_fd; /* eventfd: the set to watch changed, or stop */
     int stop;
+    unsigned long round; /* counts the engine's returns from poll() */
+    pthread_cond_t round_cond; /* broadcast at each */
 };
 
 static inline struct vemul_context *vemul_ctx(struct ibv_context *c)
@@ -168,6 +191,7 @@ struct vemul_mr *vemul_mr_find(struct vemul_context *vc, uint32_t lkey);
  * allows access (0 or IBV_ACCESS_LOCAL_WRITE) */
 int vemul_sge_ok(struct vemul_context *vc, struct ibv_pd *pd, const struct ibv_sge *sge,
                  unsigned access);
+/* adds a CQE; the first one after req_notify_cq raises the event */
 void vemul_cq_push(struct vemul_cq *cq, const struct ibv_wc *wc);
 void vemul_free_mrs(struct vemul_context *vc);
 int vemul_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
@@ -177,6 +201,8 @@ int vemul_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int vemul_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int vemul_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 void vemul_qp_progress(struct vemul_qp *q, struct vemul_cq *cq);
+/* wakes the engine if q's receive socket should now be watched and is not */
+void vemul_rx_watch_kick(struct vemul_qp *q);
 void vemul_qp_free(struct vemul_qp *q);
 /* starts the context's engine thread (wake_fd made here); 0 or an errno */
 int vemul_engine_start(struct vemul_context *vc);

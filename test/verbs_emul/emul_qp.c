@@ -9,7 +9,9 @@
  * context's engine thread sends it, and those behind it, as soon as the
  * socket is writable, whether or not the application calls in (an HCA
  * does not wait for its host either). Receiving happens in poll_cq and
- * post_recv only.
+ * post_recv, and in the engine thread for a QP whose receive CQ is armed
+ * (req_notify_cq), so that a message raises the completion event while
+ * nobody polls.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -238,11 +240,31 @@ static void vemul_progress_send(struct vemul_qp *q)
 
 /* ------------------------------------------------------------ the engine */
 
-/* The HCA engine: one thread per context. It sleeps in poll() on the send
- * sockets of the tx_blocked QPs (POLLOUT) and on wake_fd, without the lock;
- * with the lock it sends what now fits. It reaches QPs only through
- * vc->qps under the lock, so a QP that destroy_qp unlinked is never touched
- * again; a pollfd that names its closed socket only ends one poll() early. */
+static void vemul_progress_recv(struct vemul_qp *q);
+
+/* The engine receives for q: its receive CQ is armed and has a channel,
+ * and q is in RTR or RTS with a receive posted (without one, datagrams
+ * wait in the socket: RNR). */
+static int vemul_rx_watch(const struct vemul_qp *q)
+{
+    const struct vemul_cq *c = (const struct vemul_cq *)q->qp.recv_cq;
+    return c->armed && c->cq.channel && !c->overrun &&
+           (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS) &&
+           (q->rx_active || q->rq_count);
+}
+
+void vemul_rx_watch_kick(struct vemul_qp *q)
+{
+    if (!q->rx_polled && vemul_rx_watch(q)) vemul_kick(vemul_ctx(q->qp.context));
+}
+
+/* The HCA engine: one thread per context. It sleeps in poll() on wake_fd,
+ * on the send sockets of the tx_blocked QPs (POLLOUT) and on the receive
+ * sockets of the QPs that vemul_rx_watch names (POLLIN), without the lock;
+ * with the lock it sends what now fits and receives what came. It reaches
+ * QPs only through vc->qps under the lock, so a QP that destroy_qp
+ * unlinked is never touched again. destroy_qp waits for the end of a
+ * poll() that holds the QP's sockets (vc->round) before it closes them. */
 static void *vemul_engine(void *arg)
 {
     struct vemul_context *vc = arg;
@@ -253,7 +275,10 @@ static void *vemul_engine(void *arg)
         size_t want = 1;
         for (struct vemul_qp *q = vc->qps; q; q = q->next) {
             if (q->tx_blocked) vemul_progress_send(q);
+            if (vemul_rx_watch(q)) vemul_progress_recv(q); /* may raise the event */
+            q->tx_polled = q->rx_polled = 0;
             if (q->tx_blocked) want++;
+            if (vemul_rx_watch(q)) want++;
         }
         int timeout = -1;
         if (want > cap) {
@@ -266,8 +291,16 @@ static void *vemul_engine(void *arg)
         size_t n = 0;
         if (cap) {
             fds[n++] = (struct pollfd){.fd = vc->wake_fd, .events = POLLIN};
-            for (struct vemul_qp *q = vc->qps; q && n < cap; q = q->next)
-                if (q->tx_blocked) fds[n++] = (struct pollfd){.fd = q->txfd, .events = POLLOUT};
+            for (struct vemul_qp *q = vc->qps; q && n < cap; q = q->next) {
+                if (q->tx_blocked) {
+                    fds[n++] = (struct pollfd){.fd = q->txfd, .events = POLLOUT};
+                    q->tx_polled = 1;
+                }
+                if (n < cap && vemul_rx_watch(q)) {
+                    fds[n++] = (struct pollfd){.fd = q->fd, .events = POLLIN};
+                    q->rx_polled = 1;
+                }
+            }
         }
         if (n < want) timeout = 1; /* out of memory: look again soon */
         pthread_mutex_unlock(&vc->lock);
@@ -283,6 +316,8 @@ static void *vemul_engine(void *arg)
             nanosleep(&ts, NULL);
         }
         pthread_mutex_lock(&vc->lock);
+        vc->round++;
+        pthread_cond_broadcast(&vc->round_cond);
     }
     pthread_mutex_unlock(&vc->lock);
     free(fds);
@@ -293,6 +328,7 @@ int vemul_engine_start(struct vemul_context *vc)
 {
     vc->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (vc->wake_fd < 0) return errno;
+    pthread_cond_init(&vc->round_cond, NULL);
     /* every signal stays with the application's threads */
     sigset_t all, old;
     sigfillset(&all);
@@ -300,6 +336,7 @@ int vemul_engine_start(struct vemul_context *vc)
     int err = pthread_create(&vc->engine, NULL, vemul_engine, vc);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
+        pthread_cond_destroy(&vc->round_cond);
         close(vc->wake_fd);
         return err;
     }
@@ -314,6 +351,7 @@ void vemul_engine_stop(struct vemul_context *vc)
     vemul_kick(vc);
     pthread_mutex_unlock(&vc->lock);
     pthread_join(vc->engine, NULL);
+    pthread_cond_destroy(&vc->round_cond);
     close(vc->wake_fd);
 }
 
@@ -548,7 +586,17 @@ int ibv_destroy_qp(struct ibv_qp *qp)
         return EINVAL;
     }
     *pp = q->next;
-    if (q->tx_blocked) vemul_kick(vc); /* the engine forgets its socket */
+    if ((q->tx_polled || q->rx_polled) && vc->pid == getpid()) {
+        /* the engine's poll() holds the sockets (a closed fd would not end
+         * it, and the receive socket's name would stay bound until it
+         * ends): wake it and wait until it is out (not in a forked child,
+         * which has no engine: README.md, fork) */
+        unsigned long r = vc->round;
+        vemul_kick(vc);
+        while (vc->round == r) pthread_cond_wait(&vc->round_cond, &vc->lock);
+    } else if (q->tx_blocked) {
+        vemul_kick(vc); /* the engine forgets the QP */
+    }
     vc->nqp--;
     ((struct vemul_cq *)qp->send_cq)->nqp--;
     ((struct vemul_cq *)qp->recv_cq)->nqp--;
@@ -654,6 +702,7 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
     struct vemul_context *vc = vemul_ctx(qp->context);
     pthread_mutex_lock(&vc->lock);
     int ret = vemul_modify((struct vemul_qp *)qp, attr, attr_mask);
+    vemul_rx_watch_kick((struct vemul_qp *)qp); /* RTR with the receive CQ armed */
     pthread_mutex_unlock(&vc->lock);
     return ret;
 }
@@ -879,6 +928,7 @@ int vemul_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_w
         }
     }
     vemul_progress_recv(q); /* delivers what waited for a receive (RNR) */
+    vemul_rx_watch_kick(q); /* a receive posted while the receive CQ is armed */
     pthread_mutex_unlock(&vc->lock);
     return ret;
 }

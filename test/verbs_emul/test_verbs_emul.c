@@ -12,7 +12,9 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -63,6 +65,7 @@ struct cfg {
     unsigned max_send, max_recv;
     int cqe, sig_all;
     size_t buflen;
+    int chan; /* the CQ is bound to a completion channel; cq_context is the ep */
 };
 static const struct cfg cfg_default = {64, 64, 256, 0, 2 * MAX_MSG + 4096};
 
@@ -70,6 +73,7 @@ static const struct cfg cfg_default = {64, 64, 256, 0, 2 * MAX_MSG + 4096};
 struct ep {
     struct ibv_context *ctx;
     struct ibv_pd *pd;
+    struct ibv_comp_channel *chan; /* NULL unless cfg.chan */
     struct ibv_cq *cq;
     struct ibv_qp *qp;
     struct ibv_mr *mr;
@@ -92,7 +96,11 @@ static void ep_open(struct ep *e, const struct cfg *c)
     e->lid = pa.lid;
     e->pd = ibv_alloc_pd(e->ctx);
     CK(e->pd);
-    e->cq = ibv_create_cq(e->ctx, c->cqe, NULL, NULL, 0);
+    if (c->chan) {
+        e->chan = ibv_create_comp_channel(e->ctx);
+        CK(e->chan);
+    }
+    e->cq = ibv_create_cq(e->ctx, c->cqe, c->chan ? e : NULL, e->chan, 0);
     CK(e->cq);
     struct ibv_qp_init_attr ia = {
         .send_cq = e->cq,
@@ -116,7 +124,8 @@ static void ep_close(struct ep *e)
 {
     if (e->qp) CK(ibv_destroy_qp(e->qp) == 0);
     CK(ibv_dereg_mr(e->mr) == 0);
-    CK(ibv_destroy_cq(e->cq) == 0);
+    if (e->cq) CK(ibv_destroy_cq(e->cq) == 0);
+    if (e->chan) CK(ibv_destroy_comp_channel(e->chan) == 0);
     CK(ibv_dealloc_pd(e->pd) == 0);
     CK(ibv_close_device(e->ctx) == 0);
     free(e->buf);
@@ -1312,6 +1321,357 @@ static void test_fault_injection(void **state)
     ep_close(&a);
 }
 
+/* ------------------------------------------------------------ completion events */
+
+static const struct cfg cfg_chan = {64, 64, 256, 0, 2 * MAX_MSG + 4096, 1};
+
+/* 1 if fd is readable within ms (0: it is not; a short ms only where the
+ * test asserts that nothing comes) */
+static int fd_ready(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int r = poll(&p, 1, ms);
+    CK(r >= 0);
+    return r == 1 && (p.revents & POLLIN);
+}
+
+/* takes one event, which must be e's CQ's, and acknowledges it */
+static void event_take(struct ep *e)
+{
+    struct ibv_cq *cq = NULL;
+    void *cq_ctx = NULL;
+    CK(ibv_get_cq_event(e->chan, &cq, &cq_ctx) == 0);
+    CK(cq == e->cq);
+    CK(cq_ctx == e);
+    ibv_ack_cq_events(cq, 1);
+}
+
+#define NO_EVENT_MS 100 /* how long "no event" is watched for */
+
+/* a sends one 100-byte message (seed n) when b says n, and says n + 100
+ * once its send completion shows the data is in b's socket */
+static void events_a(struct ep *e, int sock)
+{
+    for (uint32_t n = 1; n <= 5; n++) {
+        CK(sock_get(sock) == n);
+        fill(e->buf, 100, n);
+        CK(post_send(e, n, 0, 100, IBV_SEND_SIGNALED) == 0);
+        struct ibv_wc wc = poll1(e);
+        CK(wc.status == IBV_WC_SUCCESS && wc.wr_id == n);
+        sock_put(sock, n + 100);
+    }
+    CK(sock_get(sock) == 200);
+}
+
+static void recv_check(struct ep *e, struct ibv_wc *wc, uint32_t n)
+{
+    CK(wc->status == IBV_WC_SUCCESS && wc->opcode == IBV_WC_RECV);
+    CK(wc->wr_id == n && wc->byte_len == 100);
+    CK(check(e->buf + RECV_OFF + n * 128, 100, n) == 0);
+}
+
+static void events_b(struct ep *e, int sock)
+{
+    int fd = e->chan->fd;
+    struct ibv_wc wc[4];
+    for (uint32_t n = 1; n <= 5; n++) CK(post_recv(e, n, RECV_OFF + n * 128, 128) == 0);
+
+    /* not armed: the message waits in the socket, no event; poll_cq takes
+     * it, still no event */
+    sock_put(sock, 1);
+    CK(sock_get(sock) == 101);
+    CK(!fd_ready(fd, NO_EVENT_MS));
+    CK(poll_n(e, wc, 1) == 1);
+    recv_check(e, &wc[0], 1);
+    CK(!fd_ready(fd, 0));
+
+    /* armed, and b does not poll: the engine receives, the event comes;
+     * the CQE is there after it */
+    CK(ibv_req_notify_cq(e->cq, 0) == 0);
+    sock_put(sock, 2);
+    CK(fd_ready(fd, DEADLINE_MS));
+    event_take(e);
+    CK(!fd_ready(fd, 0));
+    CK(ibv_poll_cq(e->cq, 4, wc) == 1);
+    recv_check(e, &wc[0], 2);
+    CK(sock_get(sock) == 102);
+
+    /* one event per arming: the CQ is no longer armed, so the next message
+     * waits in the socket without an event ... */
+    sock_put(sock, 3);
+    CK(sock_get(sock) == 103);
+    CK(!fd_ready(fd, NO_EVENT_MS));
+    /* ... until it is armed again: what waits in the socket is received
+     * after the arming, so it raises the event */
+    CK(ibv_req_notify_cq(e->cq, 0) == 0);
+    CK(fd_ready(fd, DEADLINE_MS));
+    event_take(e);
+    CK(ibv_poll_cq(e->cq, 4, wc) == 1);
+    recv_check(e, &wc[0], 3);
+
+    /* armed after the CQE is in the CQ (poll_cq with no room takes the
+     * datagram into the CQ): no event; polling after arming finds it */
+    sock_put(sock, 4);
+    CK(sock_get(sock) == 104);
+    CK(ibv_poll_cq(e->cq, 0, wc) == 0);
+    CK(ibv_req_notify_cq(e->cq, 0) == 0);
+    CK(!fd_ready(fd, NO_EVENT_MS));
+    CK(ibv_poll_cq(e->cq, 4, wc) == 1);
+    recv_check(e, &wc[0], 4);
+    /* still armed: the next message raises it */
+    sock_put(sock, 5);
+    CK(fd_ready(fd, DEADLINE_MS));
+    event_take(e);
+    CK(poll_n(e, wc, 1) == 1);
+    recv_check(e, &wc[0], 5);
+    CK(!fd_ready(fd, 0));
+    CK(sock_get(sock) == 105);
+    sock_put(sock, 200);
+}
+
+/* completion events across two processes: the receiver sleeps in poll()
+ * on the channel's fd while the sender sends */
+static void test_event_recv(void **state)
+{
+    run_pair(events_a, events_b, &cfg_chan);
+}
+
+/* a send completion that the engine makes raises the event */
+static void test_event_send_engine(void **state)
+{
+    struct ep a, b;
+    ep_open(&a, &cfg_chan);
+    ep_open(&b, &cfg_default);
+    ep_connect(&a, b.lid, b.qp->qp_num);
+    ep_connect(&b, a.lid, a.qp->qp_num);
+    for (unsigned i = 0; i < 30; i++)
+        assert_int_equal(post_send(&a, i, 0, 16384, IBV_SEND_SIGNALED), 0);
+    /* b receives nothing: b's socket is full, the rest waits at a */
+    struct ibv_wc wc[30];
+    int k = 0, r;
+    while ((r = ibv_poll_cq(a.cq, 30 - k, wc + k)) > 0) k += r;
+    assert_int_equal(r, 0);
+    assert_true(k < 30);
+    assert_int_equal(ibv_req_notify_cq(a.cq, 0), 0);
+    assert_false(fd_ready(a.chan->fd, NO_EVENT_MS));
+    /* b posts its receives (and takes what is in its socket): a's engine
+     * sends on, and its first completion raises a's event; a calls no
+     * verbs until then */
+    for (unsigned i = 0; i < 30; i++)
+        assert_int_equal(post_recv(&b, i, RECV_OFF + i * 16384, 16384), 0);
+    assert_true(fd_ready(a.chan->fd, DEADLINE_MS));
+    event_take(&a);
+    assert_false(fd_ready(a.chan->fd, 0));
+    struct ibv_wc bw[30];
+    assert_int_equal(poll_n(&b, bw, 30), 30);
+    assert_int_equal(poll_n(&a, wc + k, 30 - k), 30 - k);
+    for (unsigned i = 0; i < 30; i++) {
+        assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+        assert_int_equal(wc[i].wr_id, i);
+        assert_int_equal(bw[i].wr_id, i);
+    }
+    ep_close(&a);
+    ep_close(&b);
+}
+
+struct getter {
+    struct ibv_comp_channel *chan;
+    struct ibv_cq *cq;
+    void *ctx;
+    int ret;
+    int done[2]; /* a pipe: written when ibv_get_cq_event returned */
+};
+
+static void *getter_run(void *arg)
+{
+    struct getter *g = arg;
+    g->ret = ibv_get_cq_event(g->chan, &g->cq, &g->ctx);
+    CK(write(g->done[1], "", 1) == 1);
+    return NULL;
+}
+
+/* O_NONBLOCK on the fd, a blocking ibv_get_cq_event, arming twice */
+static void test_event_blocking(void **state)
+{
+    struct ep a, b;
+    ep_open(&a, &cfg_default);
+    ep_open(&b, &cfg_chan);
+    ep_connect(&a, b.lid, b.qp->qp_num);
+    ep_connect(&b, a.lid, a.qp->qp_num);
+    int fd = b.chan->fd;
+    int fl = fcntl(fd, F_GETFL);
+    assert_true(fl >= 0);
+    assert_false(fl & O_NONBLOCK); /* blocking, as created */
+    assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    assert_int_equal(fcntl(fd, F_SETFL, fl | O_NONBLOCK), 0);
+    struct ibv_cq *cq;
+    void *ctx;
+    errno = 0;
+    assert_int_equal(ibv_get_cq_event(b.chan, &cq, &ctx), -1);
+    assert_int_equal(errno, EAGAIN);
+    assert_int_equal(fcntl(fd, F_SETFL, fl), 0);
+
+    assert_int_equal(post_recv(&b, 1, RECV_OFF, 64), 0);
+    assert_int_equal(ibv_req_notify_cq(b.cq, 0), 0);
+    assert_int_equal(ibv_req_notify_cq(b.cq, 1), 0); /* solicited_only: as 0 */
+    struct getter g = {.chan = b.chan, .ret = -2};
+    assert_int_equal(pipe2(g.done, O_CLOEXEC), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, getter_run, &g), 0);
+    assert_int_equal(post_send(&a, 1, 0, 64, IBV_SEND_SIGNALED), 0);
+    /* bounded: the thread has returned before it is joined */
+    assert_true(fd_ready(g.done[0], DEADLINE_MS));
+    assert_int_equal(pthread_join(t, NULL), 0);
+    close(g.done[0]);
+    close(g.done[1]);
+    assert_int_equal(g.ret, 0);
+    assert_ptr_equal(g.cq, b.cq);
+    assert_ptr_equal(g.ctx, &b);
+    ibv_ack_cq_events(g.cq, 1);
+    assert_false(fd_ready(fd, 0)); /* armed twice, one event */
+    struct ibv_wc wc;
+    assert_int_equal(ibv_poll_cq(b.cq, 1, &wc), 1);
+    assert_int_equal(wc.status, IBV_WC_SUCCESS);
+    assert_int_equal(wc.wr_id, 1);
+    assert_int_equal(poll1(&a).status, IBV_WC_SUCCESS);
+    /* a second message, not armed: no event */
+    assert_int_equal(post_recv(&b, 2, RECV_OFF, 64), 0);
+    assert_int_equal(post_send(&a, 2, 0, 64, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(poll1(&a).status, IBV_WC_SUCCESS);
+    assert_false(fd_ready(fd, NO_EVENT_MS));
+    assert_int_equal(poll1(&b).wr_id, 2);
+    ep_close(&a);
+    ep_close(&b);
+}
+
+/* events and the order of the destroy calls */
+static void test_event_destroy(void **state)
+{
+    struct ep a, b;
+    struct ibv_cq *cq;
+    void *ctx;
+
+    /* a channel with a CQ bound; a CQ with an event taken, not acked */
+    pair_open(&a, &b, &cfg_chan);
+    int fd = b.chan->fd;
+    assert_int_equal(ibv_destroy_comp_channel(b.chan), EBUSY);
+    assert_int_equal(post_recv(&b, 1, RECV_OFF, 64), 0);
+    assert_int_equal(ibv_req_notify_cq(b.cq, 0), 0);
+    assert_int_equal(post_send(&a, 1, 0, 64, IBV_SEND_SIGNALED), 0);
+    assert_true(fd_ready(fd, DEADLINE_MS));
+    assert_int_equal(ibv_get_cq_event(b.chan, &cq, &ctx), 0);
+    assert_ptr_equal(cq, b.cq);
+    assert_int_equal(ibv_destroy_qp(b.qp), 0);
+    b.qp = NULL;
+    assert_int_equal(ibv_destroy_cq(b.cq), EBUSY); /* not acknowledged */
+    ibv_ack_cq_events(b.cq, 1);
+    assert_int_equal(b.cq->comp_events_completed, 1);
+    assert_int_equal(ibv_destroy_cq(b.cq), 0);
+    b.cq = NULL;
+    ep_close(&b); /* destroys the channel */
+    ep_close(&a);
+
+    /* an event queued and not taken is dropped with its CQ */
+    pair_open(&a, &b, &cfg_chan);
+    fd = b.chan->fd;
+    assert_int_equal(post_recv(&b, 1, RECV_OFF, 64), 0);
+    assert_int_equal(ibv_req_notify_cq(b.cq, 0), 0);
+    assert_int_equal(post_send(&a, 1, 0, 64, IBV_SEND_SIGNALED), 0);
+    assert_true(fd_ready(fd, DEADLINE_MS));
+    assert_int_equal(ibv_destroy_qp(b.qp), 0);
+    b.qp = NULL;
+    assert_int_equal(ibv_destroy_cq(b.cq), 0);
+    b.cq = NULL;
+    assert_false(fd_ready(fd, 0));
+    assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+    assert_int_equal(ibv_get_cq_event(b.chan, &cq, &ctx), -1);
+    assert_int_equal(errno, EAGAIN);
+    ep_close(&b);
+    ep_close(&a);
+
+    /* a QP destroyed while the engine watches its socket (receive CQ
+     * armed): its name is gone when destroy_qp returns, so the peer's
+     * send fails */
+    pair_open(&a, &b, &cfg_chan);
+    assert_int_equal(post_recv(&b, 1, RECV_OFF, 64), 0);
+    assert_int_equal(ibv_req_notify_cq(b.cq, 0), 0);
+    assert_int_equal(ibv_destroy_qp(b.qp), 0);
+    b.qp = NULL;
+    assert_int_equal(post_send(&a, 1, 0, 64, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(poll1(&a).status, IBV_WC_RETRY_EXC_ERR);
+    ep_close(&b);
+    ep_close(&a);
+
+    /* arming a CQ without a channel: 0, and no event anywhere */
+    ep_open(&a, &cfg_default);
+    assert_int_equal(ibv_req_notify_cq(a.cq, 0), 0);
+    ep_close(&a);
+}
+
+/* several CQs on one channel: each event names its CQ; two CQEs on one
+ * armed CQ make one event */
+static void test_event_two_cqs(void **state)
+{
+    struct ep a, b, c;
+    pair_open(&a, &b, &cfg_default);
+    ep_open(&c, &cfg_default);
+    struct ibv_comp_channel *ch = ibv_create_comp_channel(b.ctx);
+    assert_non_null(ch);
+    int tag1, tag2;
+    struct ibv_cq *cq1 = ibv_create_cq(b.ctx, 16, &tag1, ch, 0);
+    struct ibv_cq *cq2 = ibv_create_cq(b.ctx, 16, &tag2, ch, 0);
+    assert_non_null(cq1);
+    assert_non_null(cq2);
+    /* b2: a second QP of b's context, send CQ cq1, receive CQ cq2, to c */
+    struct ibv_qp_init_attr ia = {.send_cq = cq1, .recv_cq = cq2, .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = 8, .max_recv_wr = 8,
+                                          .max_send_sge = 1, .max_recv_sge = 1}};
+    struct ep b2 = b;
+    b2.qp = ibv_create_qp(b.pd, &ia);
+    assert_non_null(b2.qp);
+    ep_connect(&b2, c.lid, c.qp->qp_num);
+    ep_connect(&c, b.lid, b2.qp->qp_num);
+    assert_int_equal(ibv_req_notify_cq(cq1, 0), 0);
+    assert_int_equal(ibv_req_notify_cq(cq2, 0), 0);
+    assert_int_equal(post_recv(&b2, 7, RECV_OFF, 64), 0);
+    assert_int_equal(post_recv(&b2, 8, RECV_OFF + 64, 64), 0);
+    assert_int_equal(post_send(&c, 1, 0, 32, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(post_send(&c, 2, 0, 32, IBV_SEND_SIGNALED), 0);
+    assert_true(fd_ready(ch->fd, DEADLINE_MS));
+    struct ibv_cq *cq;
+    void *ctx;
+    assert_int_equal(ibv_get_cq_event(ch, &cq, &ctx), 0);
+    assert_ptr_equal(cq, cq2);
+    assert_ptr_equal(ctx, &tag2);
+    assert_false(fd_ready(ch->fd, 0));
+    /* the send completion on cq1 (the fast path of post_send) */
+    assert_int_equal(post_recv(&c, 1, RECV_OFF, 64), 0);
+    assert_int_equal(post_send(&b2, 3, 0, 32, IBV_SEND_SIGNALED), 0);
+    assert_true(fd_ready(ch->fd, 0));
+    assert_int_equal(ibv_get_cq_event(ch, &cq, &ctx), 0);
+    assert_ptr_equal(cq, cq1);
+    assert_ptr_equal(ctx, &tag1);
+    ibv_ack_cq_events(cq2, 1);
+    ibv_ack_cq_events(cq1, 1);
+    struct ibv_wc wc[2];
+    /* the second message was received with the first, or waits in the
+     * socket and poll_cq takes it */
+    assert_int_equal(ibv_poll_cq(cq2, 2, wc), 2);
+    assert_int_equal(wc[0].wr_id, 7);
+    assert_int_equal(wc[1].wr_id, 8);
+    assert_int_equal(ibv_poll_cq(cq1, 2, wc), 1);
+    assert_int_equal(wc[0].wr_id, 3);
+    assert_int_equal(ibv_destroy_qp(b2.qp), 0);
+    assert_int_equal(ibv_destroy_comp_channel(ch), EBUSY);
+    assert_int_equal(ibv_destroy_cq(cq1), 0);
+    assert_int_equal(ibv_destroy_comp_channel(ch), EBUSY);
+    assert_int_equal(ibv_destroy_cq(cq2), 0);
+    assert_int_equal(ibv_destroy_comp_channel(ch), 0);
+    ep_close(&a);
+    ep_close(&b);
+    ep_close(&c);
+}
+
 int main(void)
 {
     unsetenv("VERBS_EMUL_FAIL");
@@ -1341,6 +1701,11 @@ int main(void)
         cmocka_unit_test(test_destroy_busy),
         cmocka_unit_test(test_device_and_port),
         cmocka_unit_test(test_fault_injection),
+        cmocka_unit_test(test_event_recv),
+        cmocka_unit_test(test_event_send_engine),
+        cmocka_unit_test(test_event_blocking),
+        cmocka_unit_test(test_event_destroy),
+        cmocka_unit_test(test_event_two_cqs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
