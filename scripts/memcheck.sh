@@ -34,14 +34,10 @@ if [ ${#tests[@]} -eq 0 ]; then
          itest_rndv_close)
 fi
 
-# openib (test/verbs_emul): the tests that run per transport, and its own.
-# Not itest_wait_sleep: a blocked wait over openib naps 1 ms at a time (no
-# completion channel yet, lib/plugins/openib/README.md, *Open*), and each
-# wake-up costs so much under memcheck that the test's CPU bound fails
-# (58 % of the wait); it passes in ctest.
+# openib (test/verbs_emul): the tests that run per transport, and its own
 per_transport=" itest_msg_sizes itest_order itest_any_source itest_truncation itest_probe
   itest_cancel itest_recv_accept itest_peer_close itest_stress itest_peer_killed
-  itest_send_variants itest_rma itest_rndv itest_rndv_death itest_group
+  itest_send_variants itest_wait_sleep itest_rma itest_rndv itest_rndv_death itest_group
   itest_threads itest_rndv_close itest_openib "
 
 bad=0

@@ -97,7 +97,7 @@ static size_t copy_slice(char *dst, size_t room, const struct iovec *head,
     return done;
 }
 
-static void harvest(openib_con_t *oc);
+static int harvest(openib_con_t *oc);
 
 /* Send what is queued until the queue is empty or slots or credits run
  * out (then the poller goes on when completions or tokens come). A
@@ -143,7 +143,9 @@ static int openib_write(openib_con_t *oc, int may_harvest)
 void openib_write_start(pscom_con_t *con)
 {
     openib_con_t *oc = openib_con(con);
-    if (oc->started) openib_write(oc, 1);
+    if (!oc->started) return;
+    openib_wake(); /* a send from another thread while a wait sleeps */
+    openib_write(oc, 1);
 }
 
 /* Credits alone, when enough slots freed by data are owed and no data
@@ -243,17 +245,21 @@ static int handle_wc(openib_con_t *oc, const struct ibv_wc *wc, int credited)
     return 0;
 }
 
-/* From the write path (inside a core call): take the completion queue's
- * entries without handing anything to the core. Send completions free
- * their slots, received packets give their credits at once and wait in
- * the stash, in order, for the next progress pass to deliver them. */
-static void harvest(openib_con_t *oc)
+/* From the write path (inside a core call) and before sleeping: take the
+ * completion queue's entries without handing anything to the core. Send
+ * completions free their slots, received packets give their credits at
+ * once and wait in the stash, in order, for the next progress pass to
+ * deliver them. Returns the number of entries taken. */
+static int harvest(openib_con_t *oc)
 {
     struct ibv_wc wc[WC_BATCH];
+    int taken = 0;
     while (oc->stash_count < oc->stash_cap) {
         unsigned room = oc->stash_cap - oc->stash_count;
         int n         = ibv_poll_cq(oc->cq, room < WC_BATCH ? (int)room : WC_BATCH, wc);
-        if (n <= 0) return; /* an error: the next progress pass says it */
+        if (n < 0) return 1; /* an error: the next progress pass says it */
+        if (n == 0) break;
+        taken += n;
         for (int i = 0; i < n; i++) {
             if (wc[i].status == IBV_WC_SUCCESS && (wc[i].wr_id & OPENIB_WR_SEND)) {
                 oc->send_busy--;
@@ -266,6 +272,12 @@ static void harvest(openib_con_t *oc)
                           !credits_take(oc, &hdr);
         }
     }
+    return taken || oc->stash_count;
+}
+
+int openib_con_take(openib_con_t *oc)
+{
+    return harvest(oc);
 }
 
 /* Deliver what the stash holds, then take what the completion queue

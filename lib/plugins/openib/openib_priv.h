@@ -65,6 +65,9 @@ typedef struct openib_dev {
     int max_cqe;
     char name[64];
     pscom_poller_t poller;    /* one for all connections */
+    struct ibv_comp_channel *chan; /* every completion queue's; NULL: none */
+    pscom_ufd_t chan_ufd;     /* its fd, in the epoll set while we sleep */
+    int armed;                /* asleep on the channel (openib_wait.c) */
     pscom_list_t cons;        /* started connections (openib_con_t.next) */
     unsigned ncons;
 } openib_dev_t;
@@ -144,5 +147,12 @@ int openib_con_progress(openib_con_t *oc);
 int openib_poll(pscom_poller_t *poller);
 int openib_busy(pscom_poller_t *poller);
 void openib_drain_sends(openib_con_t *oc);
+int openib_con_take(openib_con_t *oc);
+
+/* openib_wait.c: blocked waits sleep on the completion channel */
+int openib_wait_init(void);
+void openib_wait_fini(void);
+void openib_wake(void);
+void openib_events_drain(void);
 
 #endif /* OPENIB_PRIV_H */

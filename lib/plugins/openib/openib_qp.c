@@ -53,7 +53,7 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
     oc->mr = ibv_reg_mr(openib_dev.pd, oc->buf, len, IBV_ACCESS_LOCAL_WRITE);
     if (!oc->mr) goto err;
     what   = "completion queue";
-    oc->cq = ibv_create_cq(openib_dev.ctx, (int)(oc->nrecv + oc->nsend), NULL, NULL, 0);
+    oc->cq = ibv_create_cq(openib_dev.ctx, (int)(oc->nrecv + oc->nsend), oc, openib_dev.chan, 0);
     if (!oc->cq) goto err;
     struct ibv_qp_init_attr qa = {
         .send_cq = oc->cq,
@@ -87,6 +87,7 @@ err:
 void openib_con_resources_free(openib_con_t *oc)
 {
     if (oc->qp) ibv_destroy_qp(oc->qp);
+    openib_events_drain(); /* ibv_destroy_cq waits for unacknowledged events */
     if (oc->cq) ibv_destroy_cq(oc->cq);
     if (oc->mr) ibv_dereg_mr(oc->mr);
     free(oc->buf);

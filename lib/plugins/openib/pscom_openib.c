@@ -96,12 +96,12 @@ static int openib_init(void)
     pscom_env_table_register_and_parse(&openib_env_table);
     cfg_check();
     if (openib_dev_open() < 0) return -1;
-    openib_dev.poller = (pscom_poller_t){.poll = openib_poll, .busy = openib_busy};
-    return 0;
+    return openib_wait_init();
 }
 
 static void openib_fini(void)
 {
+    openib_wait_fini();
     openib_dev_close();
 }
 
@@ -259,6 +259,7 @@ static int openib_con_start(pscom_con_t *con, int *fd)
     }
     oc->started = 1;
     pscom_list_add_tail(&oc->next, &openib_dev.cons);
+    openib_wake(); /* its queue is not armed: a sleeping wait would miss it */
     if (openib_dev.ncons++ == 0) pscom_poller_add(&openib_dev.poller);
     pscom_con_set_rendezvous_size(con, openib_cfg.rendezvous >= PSCOM_ENV_UINT_INF
                                            ? SIZE_MAX
@@ -273,6 +274,7 @@ static void openib_close(pscom_con_t *con)
     openib_con_t *oc = openib_con(con);
     if (!oc->started || oc->closed) return;
     oc->closed = 1;
+    openib_wake(); /* the poller back in the passes before it may leave them */
     pscom_list_del(&oc->next);
     if (--openib_dev.ncons == 0) pscom_poller_del(&openib_dev.poller);
     if (pscom_con_closing_gracefully(con) && !oc->failed) openib_drain_sends(oc);
