@@ -97,8 +97,6 @@ static size_t copy_slice(char *dst, size_t room, const struct iovec *head,
     return done;
 }
 
-static int harvest(openib_con_t *oc);
-
 /* Send what is queued until the queue is empty or slots or credits run
  * out (then the poller goes on when completions or tokens come). A
  * message counts as sent once it is copied into the slots: the
@@ -120,7 +118,7 @@ static int openib_write(openib_con_t *oc, int may_harvest)
         if (oc->send_busy >= oc->nsend || oc->credits < 2) {
             if (!may_harvest) break;
             may_harvest = 0;
-            harvest(oc);
+            openib_con_take(oc);
             continue;
         }
         if (!pscom_write_peek(con, 0, &head, &data)) break;
@@ -250,7 +248,7 @@ static int handle_wc(openib_con_t *oc, const struct ibv_wc *wc, int credited)
  * completions free their slots, received packets give their credits at
  * once and wait in the stash, in order, for the next progress pass to
  * deliver them. Returns the number of entries taken. */
-static int harvest(openib_con_t *oc)
+int openib_con_take(openib_con_t *oc)
 {
     struct ibv_wc wc[WC_BATCH];
     int taken = 0;
@@ -273,11 +271,6 @@ static int harvest(openib_con_t *oc)
         }
     }
     return taken || oc->stash_count;
-}
-
-int openib_con_take(openib_con_t *oc)
-{
-    return harvest(oc);
 }
 
 /* Deliver what the stash holds, then take what the completion queue
