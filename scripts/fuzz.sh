@@ -2,16 +2,18 @@
 # Fuzz what a peer can send (test/fuzz) with libFuzzer, under
 # AddressSanitizer and UndefinedBehaviorSanitizer, for FUZZ_TIME seconds
 # (default 300). The ctest tests fuzz_stream, fuzz_precon, fuzz_connect,
-# fuzz_ondemand, fuzz_shm and fuzz_ucp run the same targets on a fixed set
-# of generated inputs; this explores further.
+# fuzz_ondemand, fuzz_shm, fuzz_ucp and fuzz_openib run the same targets on
+# a fixed set of generated inputs; this explores further.
 #
 #   scripts/fuzz.sh [TARGET]            build (clang) into build/fuzz and fuzz
 #   scripts/fuzz.sh TARGET FILE...      replay inputs (e.g. a saved crash)
 #
 # TARGET: stream (default; the receive side of a connection), precon (the
 # accept side of the handshake), connect (its connect side), ondemand (the
-# on-demand part of the accept side), shm (any packets in an shm ring) or
-# ucp (any UCX messages to a ucp connection; needs UCX, libucx-dev).
+# on-demand part of the accept side), shm (any packets in an shm ring),
+# ucp (any UCX messages to a ucp connection; needs UCX, libucx-dev) or
+# openib (any packets on an openib connection's queue pair, over the
+# software HCA of test/verbs_emul; needs libibverbs-dev for its headers).
 # The corpus grows in build/fuzz/corpus-TARGET (seeded with 500 generated inputs),
 # crashes are saved as build/fuzz/crash-*. Extra libFuzzer options:
 # FUZZ_ARGS (e.g. "-jobs=2 -workers=2").
@@ -21,9 +23,9 @@ cd "$(dirname "$0")/.."
 target=${1:-stream}
 [ $# -gt 0 ] && shift
 case $target in
-stream | precon | connect | ondemand | shm | ucp) ;;
+stream | precon | connect | ondemand | shm | ucp | openib) ;;
 *)
-  echo "fuzz.sh: unknown target '$target' (stream, precon, connect, ondemand, shm, ucp)" >&2
+  echo "fuzz.sh: unknown target '$target' (stream, precon, connect, ondemand, shm, ucp, openib)" >&2
   exit 2
   ;;
 esac
