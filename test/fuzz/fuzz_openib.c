@@ -8,12 +8,13 @@
  *
  * The peer is real: a client socket of this process connects to a server
  * socket over openib (the plugin is built into this program: the core's
- * table of built-in plugins below holds it), linked with the software HCA
- * of test/verbs_emul instead of libibverbs (each queue pair a unix
- * datagram socket; it works within one process). The harness posts the
- * input's packets with ibv_post_send() of IBV_WR_SEND on the client's
- * queue pair, from the client's own registered send slots, as the
- * client's plugin would:
+ * table of built-in plugins below holds it; the pair, the set-up, the
+ * common ops and the end of an input are fuzz_pair.c's), linked with the
+ * software HCA of test/verbs_emul instead of libibverbs (each queue pair
+ * a unix datagram socket; it works within one process). The harness
+ * posts the input's packets (IBV_WR_SEND on the client's queue pair,
+ * from the client's own registered send slots) with the plugin's own
+ * openib_slot_post(), as the client's plugin would:
  *
  *   - it takes the client's next send slot (send_head), counts it busy
  *     (send_busy; the client's poller frees it at its completion) and
@@ -38,12 +39,10 @@
  *     client's socket, as RNR) or, beyond what it lent, a protocol error.
  *   - once either side failed or closed, no more packets are posted.
  *
- * One input is two bytes of set-up and the ops:
+ * One input is two bytes of set-up and the ops (fuzz_pair.h):
  *
- *   byte 0  bits 0-1: receives the server posts first (0-3)
- *           bit 2:    the client sends a real message first
- *           bit 3:    the first receive is an any-source one
- *           bit 4:    both sides progress after every fourth op only
+ *   byte 0  bits 0-3 as fuzz_pair.h (bit 4: both sides progress after
+ *                     every fourth op only)
  *           bit 5:    the server sends a message of FUZZ_OIB_BACK bytes to
  *                     the client first (the client then owes credits for
  *                     data packets)
@@ -70,20 +69,14 @@
  *               server's receive), then its bytes, header included; op bit
  *               3: the tokens field is what the client owes, op bit 4: the
  *               magic is right (where the packet holds them)
- *             SEND: a real message of the client: data length (2 bytes),
- *               xheader length (1 byte, mod 33), both of a fixed pattern
- *             PROGRESS: both sides progress (1 byte: passes - 1)
- *             RECV: one more receive (1 byte: its buffer, 64 x byte)
- *             CANCEL: the server cancels its oldest pending receive
+ *             SEND, PROGRESS (both sides progress), RECV, CANCEL:
+ *               fuzz_pair.h
  *
- * What must hold (else abort(), which libFuzzer and the driver report): no
- * memory error (the receive buffers are freed after each input); no hang:
- * the server returns its credits while both sides are up (above), and
- * every wait is bounded; once both sides closed the connection (and,
- * where the packets left the two out of step so that the EOFs cannot
- * pass, the client died: its end of the handshake socket, the server's
- * death detector, shut down), every request is done and neither socket
- * holds a connection. Neither the plugin's nor the harness's work
+ * What must hold (else abort(), which libFuzzer and the driver report):
+ * what fuzz_pair.c checks (no memory error; once both sides closed, or
+ * the client died, every request is done and neither socket holds a
+ * connection); no hang: the server returns its credits while both sides
+ * are up (above), and every wait is bounded. Neither the plugin's nor the harness's work
  * requests fail to post (a receive beyond the receive queue or a send
  * beyond the send queue: ENOMEM), and no completion queue overruns: the
  * harness puts checks in front of the software HCA's poll_cq, post_send
@@ -94,7 +87,8 @@
  * slots and credits from the connections.
  *
  * Built twice: with libFuzzer (PSCOM_FUZZ, clang) and with
- * fuzz_openib_gen.c and fuzz_driver.c as the ctest test fuzz_openib.
+ * fuzz_openib_gen.c, fuzz_pair_gen.c and fuzz_driver.c as the ctest test
+ * fuzz_openib.
  */
 #define _GNU_SOURCE
 #include "fuzz_openib.h"
@@ -102,18 +96,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "fuzz_bytes.h"
 #include "fuzz_driver.h" /* FUZZ_CHECK */
+#include "fuzz_pair.h"
 #include "fuzz_tcp.h"
 #include "openib_priv.h"
 #include "pscom.h"
 #include "pscom_con.h"
 #include "pscom_core.h"
-#include "pscom_progress.h"
 #include "pscom_wire.h"
 
 _Static_assert(FUZZ_OIB_SLOT == OPENIB_SLOT_SIZE, "the slot size of fuzz_openib.h");
@@ -124,32 +115,11 @@ _Static_assert(FUZZ_OIB_SLOT == OPENIB_SLOT_SIZE, "the slot size of fuzz_openib.
 extern const pscom_plugin_desc_t pscom_plugin_desc_openib;
 const pscom_plugin_desc_t *const pscom_builtin_plugins[] = {&pscom_plugin_desc_openib, NULL};
 
-#define MAX_SENDS       16       /* real messages of the client per input */
-#define XH_MAX          32
-#define FUZZ_OIB_BACK   20000    /* the server's message to the client (set-up bit 5) */
+#define FUZZ_OIB_BACK    20000   /* the server's message to the client (set-up bit 5) */
 #define FUZZ_OIB_WAIT_US 5000000 /* the longest wait for the server's credits */
 
-static pscom_socket_t *server, *client;
-static int server_port;
-static pscom_connection_t *accepted;
 static char pkt[FUZZ_OIB_RAW_MAX]; /* the packet being built */
-static int trace; /* FUZZ_OIB_TRACE=1: each op on stderr (replaying a failing input) */
-static char pattern[65536 + XH_MAX]; /* what real messages carry: (i * 7) */
 fuzz_openib_result_t fuzz_openib_last;
-
-static void on_accept(pscom_connection_t *con)
-{
-    accepted = con;
-}
-
-static pscom_socket_t *open_socket(const char *name)
-{
-    pscom_socket_t *s = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
-    FUZZ_CHECK(s != NULL);
-    pscom_socket_set_name(s, name);
-    FUZZ_CHECK(pscom_listen(s, PSCOM_ANYPORT) == PSCOM_SUCCESS);
-    return s;
-}
 
 /* The software HCA's work-request and completion calls, checked: the
  * plugin's posts never fail (a receive beyond the receive queue, a send
@@ -194,12 +164,8 @@ static void verbs_checked(void)
     ctx->ops.post_recv = checked_post_recv;
 }
 
-static void sockets_open(void)
+static void oib_env(void)
 {
-    trace = getenv("FUZZ_OIB_TRACE") != NULL;
-    setenv("PSP_DEBUG", "0", 0); /* protocol errors by the thousand */
-    setenv("PSP_TCP", "0", 1);
-    setenv("PSP_SHM", "0", 1);
     setenv("PSP_UCP", "0", 1);
     setenv("PSP_OPENIB", "1", 1);
     /* the software HCA as it comes: one device, port up, no faults */
@@ -207,80 +173,67 @@ static void sockets_open(void)
     unsetenv("VERBS_EMUL_PORT_STATE");
     unsetenv("VERBS_EMUL_FAIL");
     unsetenv("VERBS_EMUL_CORRUPT");
-    FUZZ_CHECK(pscom_init(PSCOM_VERSION) == PSCOM_SUCCESS);
-    server                 = open_socket("fuzzsrv");
-    server->ops.con_accept = on_accept;
-    server_port            = pscom_get_portno(server);
-    client                 = open_socket("fuzzcli");
-    verbs_checked();
-    for (size_t i = 0; i < sizeof(pattern); i++) pattern[i] = (char)(i * 7);
 }
 
-static openib_con_t *oib_of(pscom_connection_t *c)
+static int oib_started(pscom_connection_t *c)
 {
-    return pscom_con_plugin_priv(pscom_con_from_pub(c));
+    return ((openib_con_t *)fuzz_pair_priv(c))->started;
 }
 
-static uint64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
-/* ---- one input's state ------------------------------------------------------------- */
+/* ---- one input's state (besides the pair's) ---------------------------------------- */
 
 typedef struct {
-    pscom_connection_t *c, *s;
     openib_con_t *cli, *srv;
-    pscom_request_t *recvs[FUZZ_OIB_MAX_RECV];
-    char *bufs[FUZZ_OIB_MAX_RECV];
-    size_t lens[FUZZ_OIB_MAX_RECV];
-    unsigned nrecvs;
-    pscom_request_t *sends[MAX_SENDS];
-    unsigned nsends;
     pscom_request_t *back; /* the server's message to the client */
     unsigned injected, credit_waits, cut;
-} run_t;
+} oib_run_t;
+static oib_run_t o;
 
-/* Are both sides up (the harness may post to the server)? */
-static int both_up(const run_t *r)
+static int oib_connected(fuzz_pair_t *p)
 {
-    return !r->cli->closed && !r->cli->failed && !r->srv->closed && !r->srv->failed;
+    o = (oib_run_t){.cli = fuzz_pair_priv(p->c), .srv = fuzz_pair_priv(p->s)};
+    FUZZ_CHECK(o.cli->started && o.cli->qp && o.cli->ufd.fd >= 0);
+    return o.cli->ufd.fd;
 }
 
-static void progress(unsigned passes)
+/* set-up bit 5: the server's message to the client */
+static void oib_setup(fuzz_pair_t *p, unsigned flags)
 {
-    for (unsigned i = 0; i < passes; i++) pscom_test_any();
+    if (flags & 32) o.back = fuzz_pair_send_msg(p->s, FUZZ_OIB_BACK, 0);
+}
+
+/* Are both sides up (the harness may post to the server)? */
+static int both_up(void)
+{
+    return !o.cli->closed && !o.cli->failed && !o.srv->closed && !o.srv->failed;
 }
 
 /* May the client's plugin post a packet of the harness now? */
-static int client_ready(const run_t *r)
+static int client_ready(const fuzz_pair_t *p)
 {
-    const openib_con_t *o = r->cli;
-    return o->credits >= 2 && o->send_busy < o->nsend &&
-           !pscom_write_pending(pscom_con_from_pub(r->c));
+    return o.cli->credits >= 2 && o.cli->send_busy < o.cli->nsend &&
+           !pscom_write_pending(pscom_con_from_pub(p->c));
 }
 
 /* Progress until the client may post (1), or a side failed or closed (0).
  * The server that keeps its credits while both are up hangs: abort. */
-static int await_client_ready(run_t *r)
+static int await_client_ready(const fuzz_pair_t *p)
 {
-    if (!both_up(r)) return 0;
-    if (client_ready(r)) return 1;
-    r->credit_waits++;
-    uint64_t t0 = now_us();
+    if (!both_up()) return 0;
+    if (client_ready(p)) return 1;
+    o.credit_waits++;
+    uint64_t t0 = fuzz_pair_now_us();
     for (unsigned pass = 0;; pass++) {
         pscom_test_any();
-        if (!both_up(r)) return 0;
-        if (client_ready(r)) return 1;
+        if (!both_up()) return 0;
+        if (client_ready(p)) return 1;
         if (pass % 1024 == 1023) {
-            if (now_us() - t0 > FUZZ_OIB_WAIT_US) {
+            if (fuzz_pair_now_us() - t0 > FUZZ_OIB_WAIT_US) {
                 fprintf(stderr, "fuzz_openib: client credits %u, sends busy %u/%u, write %s; "
-                        "server owes %u (%u of data), credits %u\n", r->cli->credits,
-                        r->cli->send_busy, r->cli->nsend,
-                        pscom_write_pending(pscom_con_from_pub(r->c)) ? "pending" : "none",
-                        r->srv->owed, r->srv->owed_data, r->srv->credits);
+                        "server owes %u (%u of data), credits %u\n", o.cli->credits,
+                        o.cli->send_busy, o.cli->nsend,
+                        pscom_write_pending(pscom_con_from_pub(p->c)) ? "pending" : "none",
+                        o.srv->owed, o.srv->owed_data, o.srv->credits);
                 FUZZ_CHECK(!"the server returns its credits");
             }
         }
@@ -289,80 +242,29 @@ static int await_client_ready(run_t *r)
 
 /* Post pkt[0..len) as the client's next packet; it returns tokens of the
  * client's owed credits. */
-static void inject(run_t *r, size_t len, uint32_t tokens)
+static void inject(size_t len, uint32_t tokens)
 {
-    openib_con_t *o = r->cli;
-    unsigned slot   = o->send_head;
+    openib_con_t *c = o.cli;
     /* beyond a slot: only where the next send slot follows (the last send
      * slot ends the registered buffer) */
-    if (len > OPENIB_SLOT_SIZE && slot + 1 == o->nsend) {
+    if (len > OPENIB_SLOT_SIZE && c->send_head + 1 == c->nsend) {
         len = OPENIB_SLOT_SIZE;
-        r->cut++;
+        o.cut++;
     }
-    char *dst = openib_send_slot(o, slot);
-    memcpy(dst, pkt, len);
-    struct ibv_sge sge = {
-        .addr = (uint64_t)(uintptr_t)dst, .length = (uint32_t)len, .lkey = o->mr->lkey};
-    struct ibv_send_wr wr = {
-        .wr_id      = OPENIB_WR_SEND | slot,
-        .sg_list    = &sge,
-        .num_sge    = 1,
-        .opcode     = IBV_WR_SEND,
-        .send_flags = IBV_SEND_SIGNALED,
-    }, *bad;
-    ibv_post_send(o->qp, &wr, &bad); /* checked_post_send */
-    o->send_head = slot + 1 == o->nsend ? 0 : slot + 1;
-    o->send_busy++;
-    o->credits--;
-    o->owed -= tokens < o->owed ? tokens : o->owed;
-    if (o->owed_data > o->owed) o->owed_data = o->owed;
-    r->injected++;
-}
-
-static pscom_request_t *post_recv(run_t *r, size_t len, int any)
-{
-    if (r->nrecvs == FUZZ_OIB_MAX_RECV) return NULL;
-    pscom_request_t *q = pscom_request_create(XH_MAX, 0);
-    char *buf          = malloc(len ? len : 1);
-    FUZZ_CHECK(q != NULL && buf != NULL);
-    q->connection         = any ? NULL : r->s;
-    q->socket             = server;
-    q->xheader_len        = XH_MAX;
-    q->data               = buf;
-    q->data_len           = len;
-    r->bufs[r->nrecvs]    = buf;
-    r->lens[r->nrecvs]    = len;
-    r->recvs[r->nrecvs++] = q;
-    pscom_post_recv(q);
-    return q;
-}
-
-static pscom_request_t *send_msg(pscom_connection_t *c, size_t len, size_t xlen)
-{
-    pscom_request_t *q = pscom_request_create(XH_MAX, 0);
-    FUZZ_CHECK(q != NULL);
-    memcpy(&q->xheader, pattern, xlen);
-    q->xheader_len = xlen;
-    q->connection  = c;
-    q->data        = pattern + XH_MAX;
-    q->data_len    = len;
-    pscom_post_send(q);
-    return q;
-}
-
-static void post_send(run_t *r, size_t len, size_t xlen)
-{
-    if (r->nsends == MAX_SENDS) return;
-    r->sends[r->nsends++] = send_msg(r->c, len, xlen);
+    memcpy(openib_send_slot(c, c->send_head), pkt, len);
+    openib_slot_post(c, len); /* checked_post_send */
+    c->owed -= tokens < c->owed ? tokens : c->owed;
+    if (c->owed_data > c->owed) c->owed_data = c->owed;
+    o.injected++;
 }
 
 /* the tokens field by op bits 4-5, but for TOK_ANY (read from the input) */
-static uint32_t tokens_of(const run_t *r, unsigned op)
+static uint32_t tokens_of(unsigned op)
 {
     switch ((op >> 4) & 3) {
     case FUZZ_OIB_TOK_NONE: return 0;
-    case FUZZ_OIB_TOK_MORE: return r->cli->owed + 1;
-    default: return r->cli->owed;
+    case FUZZ_OIB_TOK_MORE: return o.cli->owed + 1;
+    default: return o.cli->owed;
     }
 }
 
@@ -370,7 +272,7 @@ static const char *const what_name[] = {"WHOLE", "SLICE", "TOKENS", "RAW"};
 
 /* A packet op (WHOLE, SLICE, TOKENS, RAW): read, then posted once the
  * client may (its owed credits are read then). */
-static void put_packet(run_t *r, fuzz_in_t *in, unsigned op)
+static void oib_put(fuzz_pair_t *p, fuzz_in_t *in, unsigned op)
 {
     unsigned what = op & 7;
     size_t len;
@@ -418,146 +320,55 @@ static void put_packet(run_t *r, fuzz_in_t *in, unsigned op)
         len         = sizeof(h) + plen;
         owed_tokens = tmode != FUZZ_OIB_TOK_ANY;
     }
-    int ready = await_client_ready(r);
+    int ready = await_client_ready(p);
     if (ready && owed_tokens) {
-        tokens = what == FUZZ_OIB_RAW ? r->cli->owed : tokens_of(r, op);
+        tokens = what == FUZZ_OIB_RAW ? o.cli->owed : tokens_of(op);
         if (len >= sizeof(openib_pkt_hdr_t)) memcpy(pkt + 4, &tokens, sizeof(tokens));
     }
-    if (trace)
+    if (fuzz_pair_trace)
         fprintf(stderr, "op %#x: %s packet of %zu bytes, tokens %u (owed %u, credits %u)%s\n", op,
-                what_name[what], len, tokens, r->cli->owed, r->cli->credits,
+                what_name[what], len, tokens, o.cli->owed, o.cli->credits,
                 ready ? "" : ": not sent");
-    if (ready) inject(r, len, len >= sizeof(openib_pkt_hdr_t) ? tokens : 0);
+    if (ready) inject(len, len >= sizeof(openib_pkt_hdr_t) ? tokens : 0);
 }
 
-/* One op of the input. */
-static void put_op(run_t *r, fuzz_in_t *in)
-{
-    uint8_t op    = in_byte(in);
-    unsigned what = op & 7;
-    switch (what) {
-    case FUZZ_OIB_WHOLE:
-    case FUZZ_OIB_SLICE:
-    case FUZZ_OIB_TOKENS:
-    case FUZZ_OIB_RAW: put_packet(r, in, op); return;
-    case FUZZ_OIB_SEND: {
-        size_t len  = in_u16(in);
-        size_t xlen = in_byte(in) % (XH_MAX + 1);
-        if (trace) fprintf(stderr, "op %#x: send %zu + %zu bytes\n", op, xlen, len);
-        post_send(r, len, xlen);
-        return;
-    }
-    case FUZZ_OIB_PROGRESS: progress(in_byte(in) + 1u); return;
-    case FUZZ_OIB_RECV: post_recv(r, 64u * in_byte(in), 0); return;
-    default: /* CANCEL */
-        for (unsigned i = 0; i < r->nrecvs; i++) {
-            if (pscom_req_is_done(r->recvs[i])) continue;
-            pscom_cancel_recv(r->recvs[i]);
-            return;
-        }
-        return;
-    }
-}
-
-static void connect_pair(run_t *r)
-{
-    char ep[64];
-    snprintf(ep, sizeof(ep), "127.0.0.1:%d", server_port);
-    r->c = pscom_open_connection(client);
-    FUZZ_CHECK(r->c != NULL);
-    accepted = NULL;
-    FUZZ_CHECK(pscom_connect(r->c, ep, PSCOM_RANK_UNDEFINED, PSCOM_CON_FLAG_DIRECT) ==
-               PSCOM_SUCCESS);
-    for (unsigned pass = 0; !accepted || !oib_of(accepted)->started; pass++) {
-        FUZZ_CHECK(pass < FUZZ_TCP_PASSES);
-        pscom_test_any();
-    }
-    r->s = accepted;
-    FUZZ_CHECK(r->c->type == PSCOM_CON_TYPE_OPENIB && r->s->type == PSCOM_CON_TYPE_OPENIB);
-    r->cli = oib_of(r->c);
-    r->srv = oib_of(r->s);
-    FUZZ_CHECK(r->cli->started && r->cli->qp && r->cli->ufd.fd >= 0);
-}
-
-static void snapshot(const run_t *r)
+static int oib_snapshot(const fuzz_pair_t *p)
 {
     fuzz_openib_last = (fuzz_openib_result_t){
-        .server_stopped = r->srv->closed || r->srv->failed || !(r->s->state & PSCOM_CON_STATE_R),
-        .injected       = r->injected,
-        .credit_waits   = r->credit_waits,
-        .cut            = r->cut,
+        .injected     = o.injected,
+        .credit_waits = o.credit_waits,
+        .cut          = o.cut,
     };
-    for (unsigned i = 0; i < r->nrecvs; i++) {
-        pscom_request_t *q = r->recvs[i];
-        if (!pscom_req_is_done(q)) continue;
-        if (pscom_req_successful(q)) {
-            fuzz_openib_last.recvs_ok++;
-        } else if (q->state & PSCOM_REQ_STATE_ERROR) {
-            fuzz_openib_last.recvs_error++;
-        }
-    }
-    /* the first receive's message, also truncated */
-    if (r->nrecvs && pscom_req_is_done(r->recvs[0]) &&
-        !(r->recvs[0]->state & (PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_CANCELED))) {
-        fuzz_openib_last.first_len  = r->recvs[0]->header.data_len;
-        fuzz_openib_last.first_xlen = r->recvs[0]->header.xheader_len;
-        size_t n = r->lens[0] < sizeof(fuzz_openib_last.first) ? r->lens[0]
-                                                                : sizeof(fuzz_openib_last.first);
-        memcpy(fuzz_openib_last.first, r->bufs[0], n);
-    }
+    return o.srv->closed || o.srv->failed || !(p->s->state & PSCOM_CON_STATE_R);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void oib_closed(const fuzz_pair_t *p)
 {
-    if (size < 2) return 0;
-    if (!server) sockets_open();
-    run_t r     = {0};
-    size_t blen = 64u * data[1];
-    connect_pair(&r);
-    int peer_fd = dup(r.cli->ufd.fd); /* the handshake socket: the server's death detector */
-    FUZZ_CHECK(peer_fd >= 0);
-
-    /* the set-up */
-    for (unsigned i = 0; i < (data[0] & 3u); i++) post_recv(&r, blen, i == 0 && (data[0] & 8));
-    if (data[0] & 4) post_send(&r, 8, 4);
-    if (data[0] & 32) r.back = send_msg(r.s, FUZZ_OIB_BACK, 0);
-    progress(4);
-
-    /* the ops */
-    fuzz_in_t in = {.p = data + 2, .left = size - 2};
-    for (unsigned n = 1; in.left; n++) {
-        put_op(&r, &in);
-        if (!(data[0] & 64) && (!(data[0] & 16) || !(n % 4))) progress(8);
-    }
-    progress(64);
-    snapshot(&r);
-
-    /* both sides close. A peer whose packets left the server out of step
-     * never gets (nor sends) the EOF: it dies. Then everything ends. */
-    pscom_close_connection(r.c);
-    pscom_close_connection(r.s);
-    fuzz_openib_last.peer_died = !fuzz_tcp_settled(server, client, FUZZ_OIB_CLOSE_PASSES);
-    if (fuzz_openib_last.peer_died) {
-        shutdown(peer_fd, SHUT_RDWR);
-        /* its end is seen where the fds are polled: at once with a timeout */
-        uint64_t t0 = now_us();
-        while (!fuzz_tcp_settled(server, client, 1)) {
-            FUZZ_CHECK(now_us() - t0 < FUZZ_OIB_SETTLE_US && "closing leaves no connection");
-            pscom_progress(1);
-        }
-    }
-    close(peer_fd);
-    if (trace)
+    (void)p;
+    if (fuzz_pair_trace)
         fprintf(stderr, "end: %u packets (%u waited), receives ok %u, failed %u; server %s, %s\n",
-                r.injected, r.credit_waits, fuzz_openib_last.recvs_ok,
-                fuzz_openib_last.recvs_error,
-                fuzz_openib_last.server_stopped ? "stopped" : "up",
-                fuzz_openib_last.peer_died ? "the client died" : "both closed");
-    /* an any-source receive outlives the connection: it is cancelled */
-    if (r.nrecvs && !r.recvs[0]->connection) pscom_cancel_recv(r.recvs[0]);
-    for (unsigned i = 0; i < r.nrecvs; i++) fuzz_tcp_await_done(r.recvs[i]);
-    for (unsigned i = 0; i < r.nsends; i++) fuzz_tcp_await_done(r.sends[i]);
-    fuzz_tcp_await_done(r.back);
-    for (unsigned i = 0; i < r.nrecvs; i++) free(r.bufs[i]);
-    return 0;
+                o.injected, o.credit_waits, fuzz_pair_last.recvs_ok, fuzz_pair_last.recvs_error,
+                fuzz_pair_last.server_stopped ? "stopped" : "up",
+                fuzz_pair_last.peer_died ? "the client died" : "both closed");
 }
+
+static void oib_drain(fuzz_pair_t *p)
+{
+    (void)p;
+    fuzz_tcp_await_done(o.back);
+}
+
+const fuzz_pair_target_t fuzz_pair_target = {
+    .trace_env = "FUZZ_OIB_TRACE", /* =1: each op on stderr (replaying a failing input) */
+    .con_type  = PSCOM_CON_TYPE_OPENIB,
+    .quiet     = 64, /* set-up bit 6 */
+    .env       = oib_env,
+    .opened    = verbs_checked,
+    .started   = oib_started,
+    .connected = oib_connected,
+    .setup     = oib_setup,
+    .put       = oib_put,
+    .snapshot  = oib_snapshot,
+    .closed    = oib_closed,
+    .drain     = oib_drain,
+};

@@ -21,20 +21,13 @@
 
 #include "fuzz_bytes.h"
 #include "fuzz_driver.h"
+#include "fuzz_pair_gen.h"
 #include "fuzz_openib.h"
 
 /* an openib connection each (and a TCP connection in TIME_WAIT) */
 const long fuzz_target_runs = 4000;
 
 #define PAYLOAD_MAX (FUZZ_OIB_SLOT - 8)
-
-/* a real message of the client: dlen data bytes, xlen of xheader */
-static void put_send(gen_t *g, unsigned dlen, unsigned xlen)
-{
-    put8(g, FUZZ_OIB_SEND);
-    put16(g, dlen);
-    put8(g, xlen);
-}
 
 /* a WHOLE packet of a consistent USER message: xlen xheader bytes ('x'),
  * dlen data bytes (byte i: fill + i), tokens by mode tok */
@@ -79,19 +72,6 @@ static void put_raw(gen_t *g, unsigned len, unsigned flags, const void *body, un
     for (unsigned i = 8; i < len; i++) put8(g, i - 8 < blen ? b[i - 8] : 0);
 }
 
-static void run(gen_t *g)
-{
-    LLVMFuzzerTestOneInput(g->p, g->len);
-}
-
-/* the start of an input: set-up flags, receive buffers of size64 x 64 bytes */
-static void setup(gen_t *g, unsigned flags, unsigned size64)
-{
-    g->len = 0;
-    put8(g, flags);
-    put8(g, size64);
-}
-
 /* ---- 1. valid packets ------------------------------------------------------------------ */
 
 /* open file descriptors of this process */
@@ -105,99 +85,91 @@ static unsigned fds_count(void)
     return n;
 }
 
-static unsigned char pat(unsigned i) /* byte i of the client's data (fuzz_openib.c) */
-{
-    return (unsigned char)((32 + i) * 7);
-}
-
 const char *fuzz_target_selfcheck(void)
 {
     static unsigned char in[200000];
     gen_t g = {in, 0, sizeof(in)};
-    const fuzz_openib_result_t *L = &fuzz_openib_last;
+    const fuzz_pair_result_t *L   = &fuzz_pair_last;
+    const fuzz_openib_result_t *O = &fuzz_openib_last;
 
     /* a real message of the client into a receive of 6400 bytes */
-    setup(&g, 1, 100);
-    put_send(&g, 40, 4);
-    run(&g);
-    FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 40 && L->first_xlen == 4);
-    FUZZ_CHECK(L->first[0] == pat(0) && L->first[39] == pat(39));
-    FUZZ_CHECK(!L->server_stopped && !L->peer_died && L->injected == 0);
+    fuzz_pair_check_real(&g);
+    FUZZ_CHECK(O->injected == 0);
 
     /* the harness's WHOLE packet, then a real message: both arrive */
-    setup(&g, 2, 100);
+    fuzz_pair_setup(&g, 2, 100);
     put_whole(&g, 4, 20, 'a', FUZZ_OIB_TOK_OWED);
-    put_send(&g, 300, 0);
-    run(&g);
+    fuzz_pair_put_send(&g, 300, 0);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 2 && L->first_len == 20 && L->first_xlen == 4 &&
                L->first[0] == 'a' && L->first[19] == 'a' + 19);
-    FUZZ_CHECK(!L->server_stopped && !L->peer_died && L->injected == 1);
+    FUZZ_CHECK(!L->server_stopped && !L->peer_died && O->injected == 1);
 
     /* a message of 16000 bytes in three slices, into a posted receive
      * and as an unexpected one */
-    setup(&g, 1, 255);
+    fuzz_pair_setup(&g, 1, 255);
     put_slices(&g, 0, 16000, 'A', 6000);
-    put_send(&g, 8, 0);
-    run(&g);
+    fuzz_pair_put_send(&g, 8, 0);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 16000 && L->first[0] == 'A' &&
                L->first[63] == (unsigned char)('A' + 63));
-    FUZZ_CHECK(!L->server_stopped && !L->peer_died && L->injected == 3);
-    setup(&g, 0, 255);
+    FUZZ_CHECK(!L->server_stopped && !L->peer_died && O->injected == 3);
+    fuzz_pair_setup(&g, 0, 255);
     put_slices(&g, 3, 16000, 'B', 6000);
-    put8(&g, FUZZ_OIB_RECV);
+    put8(&g, FUZZ_PAIR_RECV);
     put8(&g, 255);
-    run(&g);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 16000 && L->first_xlen == 3 &&
                L->first[1] == 'B' + 1);
     FUZZ_CHECK(!L->server_stopped && !L->peer_died);
 
     /* ... and 6000 bytes in slices of 100: more packets than the server's
      * receive slots; the harness waits for the credits it returns */
-    setup(&g, 1 | 64, 100); /* no progress between the ops */
+    fuzz_pair_setup(&g, 1 | 64, 100); /* no progress between the ops */
     put_slices(&g, 0, 6000, 'C', 100);
-    put_send(&g, 8, 0);
-    run(&g);
+    fuzz_pair_put_send(&g, 8, 0);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 6000 && L->first[5] == 'C' + 5);
-    FUZZ_CHECK(!L->server_stopped && !L->peer_died && L->injected == 61 && L->credit_waits > 0);
+    FUZZ_CHECK(!L->server_stopped && !L->peer_died && O->injected == 61 && O->credit_waits > 0);
 
     /* a message larger than the receive of 64 bytes: truncated, and the
      * next one arrives whole */
-    setup(&g, 2, 1);
+    fuzz_pair_setup(&g, 2, 1);
     put_whole(&g, 0, 1000, 'D', FUZZ_OIB_TOK_OWED);
     put_whole(&g, 0, 10, 'E', FUZZ_OIB_TOK_OWED);
-    run(&g);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 1000 &&
                L->first[63] == (unsigned char)('D' + 63));
     FUZZ_CHECK(!L->server_stopped);
 
     /* 40 unexpected messages, then a receive: it takes the first */
-    setup(&g, 64, 100); /* no progress between the ops */
+    fuzz_pair_setup(&g, 64, 100); /* no progress between the ops */
     for (unsigned i = 0; i < 40; i++) put_whole(&g, 0, 100, i, FUZZ_OIB_TOK_OWED);
-    put8(&g, FUZZ_OIB_RECV);
+    put8(&g, FUZZ_PAIR_RECV);
     put8(&g, 100);
-    run(&g);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 100 && L->first[1] == 1);
-    FUZZ_CHECK(!L->server_stopped && !L->peer_died && L->injected == 40 && L->credit_waits > 0);
+    FUZZ_CHECK(!L->server_stopped && !L->peer_died && O->injected == 40 && O->credit_waits > 0);
 
     /* TOKENS packets that return nothing, more of them than the server's
      * slots, around real messages of the client and the server's message
      * back: the stream stays in step, both close */
-    setup(&g, 1 | 32, 100);
-    put_send(&g, 30, 0);
+    fuzz_pair_setup(&g, 1 | 32, 100);
+    fuzz_pair_put_send(&g, 30, 0);
     for (unsigned i = 0; i < 40; i++) put8(&g, FUZZ_OIB_TOKENS | FUZZ_OIB_TOK(FUZZ_OIB_TOK_NONE));
-    put_send(&g, 10000, 0);
-    put8(&g, FUZZ_OIB_RECV);
+    fuzz_pair_put_send(&g, 10000, 0);
+    put8(&g, FUZZ_PAIR_RECV);
     put8(&g, 200);
-    run(&g);
-    FUZZ_CHECK(L->recvs_ok == 2 && L->first_len == 30 && L->first[0] == pat(0));
-    FUZZ_CHECK(!L->server_stopped && !L->peer_died && L->injected == 40);
+    fuzz_pair_run(&g);
+    FUZZ_CHECK(L->recvs_ok == 2 && L->first_len == 30 && L->first[0] == fuzz_pair_pat(0));
+    FUZZ_CHECK(!L->server_stopped && !L->peer_died && O->injected == 40);
 
     /* what stops the server, each after a real message */
     static const unsigned char unknown_type[8] = {0, 0, 200, 0, 0, 0, 0, 0};
     for (unsigned k = 0; k < 9; k++) {
         const char *what = "";
-        setup(&g, 3, 100);
-        put_send(&g, 8, 0);
+        fuzz_pair_setup(&g, 3, 100);
+        fuzz_pair_put_send(&g, 8, 0);
         switch (k) {
         case 0:
             what = "a bad magic";
@@ -242,40 +214,29 @@ const char *fuzz_target_selfcheck(void)
             put_raw(&g, 16, 1, unknown_type, sizeof(unknown_type));
             break;
         }
-        run(&g);
-        if (k == 7 && L->cut) continue; /* one send slot (fuzz_openib.tight): cut to a slot */
-        if (!L->server_stopped || L->recvs_ok != 1 || L->recvs_error != 2) {
-            fprintf(stderr, "fuzz_openib: %s: stopped %d, receives ok %u, failed %u\n", what,
-                    L->server_stopped, L->recvs_ok, L->recvs_error);
-            FUZZ_CHECK(!"stops the server, its pending receives fail");
-        }
+        fuzz_pair_run(&g);
+        if (k == 7 && O->cut) continue; /* one send slot (fuzz_openib.tight): cut to a slot */
+        fuzz_pair_check_stopped("fuzz_openib", what);
     }
 
     /* a message whose announced data never comes: the client's EOF goes
      * into its data, the server never answers; the client dies */
-    setup(&g, 2, 100);
-    put_send(&g, 8, 0);
+    fuzz_pair_setup(&g, 2, 100);
+    fuzz_pair_put_send(&g, 8, 0);
     put8(&g, FUZZ_OIB_SLICE | FUZZ_OIB_HDR);
     put16(&g, 8);
     put8(&g, 0);
     put32(&g, 3000);
     for (unsigned i = 0; i < 8; i++) put8(&g, 0);
-    run(&g);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 1 && !L->server_stopped && L->peer_died);
 
     /* connections that end in a protocol error leave no descriptor open
      * (two per queue pair in the emulation) */
-    setup(&g, 1, 100);
-    put_send(&g, 8, 0);
+    fuzz_pair_setup(&g, 1, 100);
+    fuzz_pair_put_send(&g, 8, 0);
     put_raw(&g, 3, 0, NULL, 0);
-    run(&g);
-    unsigned fds0 = fds_count();
-    for (int i = 0; i < 100; i++) run(&g);
-    unsigned fds1 = fds_count();
-    if (fds1 > fds0 + 10) {
-        fprintf(stderr, "fuzz_openib: 100 failed connections: %u -> %u descriptors\n", fds0, fds1);
-        FUZZ_CHECK(!"failed connections leave no descriptors behind");
-    }
+    fuzz_pair_check_no_growth(&g, 100, fds_count, 10, "fuzz_openib", "descriptors");
 
     return "real and consistent messages, whole and in slices, reach their receives (one "
            "truncated), unexpected ones wait, the harness waits for the server's credits; "
@@ -290,10 +251,7 @@ const char *fuzz_target_selfcheck(void)
 static void gen_op(gen_t *g)
 {
     switch (fuzz_rnd_below(17)) {
-    case 0: case 1: case 2: /* a real message */
-        put_send(g, (unsigned)fuzz_rnd_below(fuzz_rnd_below(4) ? 300 : 65536),
-                 (unsigned)fuzz_rnd_below(40));
-        break;
+    case 0: case 1: case 2: fuzz_pair_gen_send(g); break; /* a real message */
     case 3: case 4: /* a consistent WHOLE message, mostly returning what is owed */
         put_whole(g, (unsigned)fuzz_rnd_below(20),
                   (unsigned)fuzz_rnd_below(fuzz_rnd_below(4) ? 200 : 3000), (unsigned)fuzz_rnd(),
@@ -323,17 +281,9 @@ static void gen_op(gen_t *g)
             put8(g, (unsigned)fuzz_rnd());
         break;
     }
-    case 10: case 11:
-        put8(g, FUZZ_OIB_PROGRESS);
-        put8(g, (unsigned)fuzz_rnd_below(32));
-        break;
-    case 12: case 13:
-        put8(g, FUZZ_OIB_RECV);
-        put8(g, (unsigned)fuzz_rnd_below(fuzz_rnd_below(2) ? 4 : 256));
-        break;
-    case 14:
-        put8(g, FUZZ_OIB_CANCEL);
-        break;
+    case 10: case 11: fuzz_pair_gen_progress(g); break;
+    case 12: case 13: fuzz_pair_gen_recv(g); break;
+    case 14: fuzz_pair_gen_cancel(g); break;
     case 15: { /* a pscom message of any type (EOF, rendezvous, RMA, ...), whole or not */
         unsigned xl = (unsigned)fuzz_rnd_below(40), dl = (unsigned)fuzz_rnd_below(64);
         unsigned char body[8 + 40 + 64];
@@ -343,18 +293,11 @@ static void gen_op(gen_t *g)
         put_raw(g, 16 + xl + dl, (unsigned)fuzz_rnd_below(2), body, 8 + xl + dl);
         break;
     }
-    default: /* a few random bytes as an op */
-        for (unsigned i = 0, n = (unsigned)fuzz_rnd_below(8); i < n; i++)
-            put8(g, (unsigned)fuzz_rnd());
+    default: fuzz_pair_gen_junk(g); /* a few random bytes as an op */
     }
 }
 
 size_t fuzz_target_generate(unsigned char *in, size_t room)
 {
-    gen_t g = {in, 0, room};
-    put8(&g, (unsigned)fuzz_rnd_below(128));
-    put8(&g, (unsigned)fuzz_rnd_below(256));
-    for (unsigned i = 0, n = 1 + (unsigned)fuzz_rnd_below(12); i < n && g.len < room; i++)
-        gen_op(&g);
-    return fuzz_damage(in, g.len, 2);
+    return fuzz_pair_generate(in, room, 128, gen_op);
 }

@@ -16,18 +16,11 @@
 
 #include "fuzz_bytes.h"
 #include "fuzz_driver.h"
+#include "fuzz_pair_gen.h"
 #include "fuzz_ucp.h"
 
 /* a ucp connection each, and a TCP connection in TIME_WAIT for a minute */
 const long fuzz_target_runs = 1000;
-
-/* a real message of the client: dlen data bytes, xlen of xheader */
-static void put_send(gen_t *g, unsigned dlen, unsigned xlen)
-{
-    put8(g, FUZZ_UCP_SEND);
-    put16(g, dlen);
-    put8(g, xlen);
-}
 
 /* a MSG with a USER header: xlen xheader bytes, dlen data bytes (byte i
  * of the data: fill + i), sequence mode seq */
@@ -56,19 +49,6 @@ static void put_head_data(gen_t *g, unsigned dlen, int delta, unsigned fill)
     for (unsigned i = 0; i < len; i++) put8(g, fill + i);
 }
 
-static void run(gen_t *g)
-{
-    LLVMFuzzerTestOneInput(g->p, g->len);
-}
-
-/* the start of an input: receives posted first (and flags), their size / 64 */
-static void setup(gen_t *g, unsigned flags, unsigned size64)
-{
-    g->len = 0;
-    put8(g, flags);
-    put8(g, size64);
-}
-
 /* ---- 1. valid messages ---------------------------------------------------------------- */
 
 /* memory mappings of this process */
@@ -82,82 +62,72 @@ static unsigned maps_count(void)
     return n;
 }
 
-static unsigned char pat(unsigned i) /* byte i of the client's data (fuzz_ucp.c) */
-{
-    return (unsigned char)((32 + i) * 7);
-}
-
 const char *fuzz_target_selfcheck(void)
 {
     static unsigned char in[200000];
     gen_t g = {in, 0, sizeof(in)};
-    const fuzz_ucp_result_t *L = &fuzz_ucp_last;
+    const fuzz_pair_result_t *L = &fuzz_pair_last;
 
     /* a real message of the client into a receive of 6400 bytes */
-    setup(&g, 1, 100);
-    put_send(&g, 40, 4);
-    run(&g);
-    FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 40 && L->first_xlen == 4);
-    FUZZ_CHECK(L->first[0] == pat(0) && L->first[39] == pat(39));
-    FUZZ_CHECK(!L->server_stopped && !L->peer_died);
+    fuzz_pair_check_real(&g);
 
     /* the harness's MSG, then a real message: both arrive (sequence in step) */
-    setup(&g, 2, 100);
+    fuzz_pair_setup(&g, 2, 100);
     put_msg(&g, 4, 20, 'a', 0);
-    put_send(&g, 300, 0);
-    run(&g);
+    fuzz_pair_put_send(&g, 300, 0);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 2 && L->first_len == 20 && L->first[0] == 'a' &&
                L->first[19] == 'a' + 19);
     FUZZ_CHECK(!L->server_stopped && !L->peer_died);
 
     /* HEAD + DATA of 3000 bytes, posted before and after the receive */
-    setup(&g, 1, 100);
+    fuzz_pair_setup(&g, 1, 100);
     put_head_data(&g, 3000, 0, 'A');
-    run(&g);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 3000 && L->first[0] == 'A' &&
                L->first[63] == (unsigned char)('A' + 63));
     FUZZ_CHECK(!L->server_stopped);
-    setup(&g, 0, 100);
+    fuzz_pair_setup(&g, 0, 100);
     put_head_data(&g, 5000, 0, 'B');
-    put8(&g, FUZZ_UCP_RECV);
+    put8(&g, FUZZ_PAIR_RECV);
     put8(&g, 100);
-    run(&g);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 5000 && L->first[1] == 'B' + 1);
     FUZZ_CHECK(!L->server_stopped);
 
     /* a message larger than the receive of 64 bytes: truncated, and the
      * next one arrives whole */
-    setup(&g, 2, 1);
-    put_send(&g, 1000, 0);
-    put_send(&g, 10, 0);
-    run(&g);
-    FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 1000 && L->first[63] == pat(63));
+    fuzz_pair_setup(&g, 2, 1);
+    fuzz_pair_put_send(&g, 1000, 0);
+    fuzz_pair_put_send(&g, 10, 0);
+    fuzz_pair_run(&g);
+    FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 1000 && L->first[63] == fuzz_pair_pat(63));
     FUZZ_CHECK(!L->server_stopped);
 
     /* a message for another connection id is dropped */
-    setup(&g, 1, 100);
+    fuzz_pair_setup(&g, 1, 100);
     put8(&g, FUZZ_UCP_MSG | FUZZ_UCP_HDR | FUZZ_UCP_SEQ(FUZZ_UCP_SEQ_OTHER_ID));
     put16(&g, 16);
     put32(&g, 12345);
     put8(&g, 7);
     put8(&g, 0);
     for (int i = 0; i < 16; i++) put8(&g, 'x');
-    put_send(&g, 16, 0);
-    run(&g);
-    FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 16 && L->first[0] == pat(0));
+    fuzz_pair_put_send(&g, 16, 0);
+    fuzz_pair_run(&g);
+    FUZZ_CHECK(L->recvs_ok == 1 && L->first_len == 16 && L->first[0] == fuzz_pair_pat(0));
     FUZZ_CHECK(!L->server_stopped);
 
     /* a HEAD whose DATA never comes: the server waits for it, and when
      * both close, the client's graceful close (goodbye) cannot end the
      * server's side; a bound does (ucp_con_check_failed), before it
      * closed never (the harness aborts after FUZZ_UCP_SETTLE_US) */
-    setup(&g, 2, 100);
-    put_send(&g, 8, 0);
+    fuzz_pair_setup(&g, 2, 100);
+    fuzz_pair_put_send(&g, 8, 0);
     put8(&g, FUZZ_UCP_HEAD | FUZZ_UCP_HDR);
     put16(&g, 8);
     put32(&g, 3000);
     for (unsigned i = 0; i < 8; i++) put8(&g, 0);
-    run(&g);
+    fuzz_pair_run(&g);
     FUZZ_CHECK(L->recvs_ok == 1 && !L->server_stopped);
 
     /* what stops the server, each after a valid message */
@@ -170,8 +140,8 @@ const char *fuzz_target_selfcheck(void)
         {"a DATA one byte short", 0, 0, 0, 0, 1},
     };
     for (size_t k = 0; k < sizeof(stop) / sizeof(stop[0]); k++) {
-        setup(&g, 3, 100);
-        put_send(&g, 8, 0);
+        fuzz_pair_setup(&g, 3, 100);
+        fuzz_pair_put_send(&g, 8, 0);
         if (stop[k].ahead) put_msg(&g, 0, 8, 0, FUZZ_UCP_SEQ_AHEAD);
         if (stop[k].data_alone) {
             put8(&g, FUZZ_UCP_DATA);
@@ -183,27 +153,16 @@ const char *fuzz_target_selfcheck(void)
         }
         if (stop[k].big) put_msg(&g, 0, 2000, 0, 0);
         if (stop[k].short_data) put_head_data(&g, 3000, -1, 0);
-        run(&g);
-        if (!L->server_stopped || L->recvs_ok != 1 || L->recvs_error != 2) {
-            fprintf(stderr, "fuzz_ucp: %s: stopped %d, receives ok %u, failed %u\n",
-                    stop[k].what, L->server_stopped, L->recvs_ok, L->recvs_error);
-            FUZZ_CHECK(!"stops the server, its pending receives fail");
-        }
+        fuzz_pair_run(&g);
+        fuzz_pair_check_stopped("fuzz_ucp", stop[k].what);
     }
     /* connections that end in a protocol error leave nothing mapped
      * behind (a forced close of UCX endpoints of error mode NONE kept the
      * peer's shared-memory segments mapped: one mapping each) */
-    setup(&g, 1, 100);
-    put_send(&g, 8, 0);
+    fuzz_pair_setup(&g, 1, 100);
+    fuzz_pair_put_send(&g, 8, 0);
     put_msg(&g, 0, 8, 0, FUZZ_UCP_SEQ_AHEAD);
-    run(&g);
-    unsigned maps0 = maps_count();
-    for (int i = 0; i < 200; i++) run(&g);
-    unsigned maps1 = maps_count();
-    if (maps1 > maps0 + 20) {
-        fprintf(stderr, "fuzz_ucp: 200 failed connections: %u -> %u mappings\n", maps0, maps1);
-        FUZZ_CHECK(!"failed connections leave no mappings behind");
-    }
+    fuzz_pair_check_no_growth(&g, 200, maps_count, 20, "fuzz_ucp", "mappings");
 
     return "real and consistent messages reach their receives (one truncated); a sequence "
            "gap, a lone DATA, tag kind 3, a MSG beyond 1 KiB and a short DATA stop the server; "
@@ -216,10 +175,7 @@ const char *fuzz_target_selfcheck(void)
 static void gen_op(gen_t *g)
 {
     switch (fuzz_rnd_below(14)) {
-    case 0: case 1: case 2: /* a real message */
-        put_send(g, (unsigned)fuzz_rnd_below(fuzz_rnd_below(4) ? 300 : 65536),
-                 (unsigned)fuzz_rnd_below(40));
-        break;
+    case 0: case 1: case 2: fuzz_pair_gen_send(g); break; /* a real message */
     case 3: case 4: /* a consistent MSG, mostly in sequence */
         put_msg(g, (unsigned)fuzz_rnd_below(20), (unsigned)fuzz_rnd_below(fuzz_rnd_below(4) ? 200 : 1100),
                 (unsigned)fuzz_rnd(), fuzz_rnd_below(4) ? 0 : (unsigned)fuzz_rnd_below(8));
@@ -235,28 +191,14 @@ static void gen_op(gen_t *g)
         for (unsigned i = 0; i < len + 8; i++) put8(g, (unsigned)fuzz_rnd());
         break;
     }
-    case 8: case 9:
-        put8(g, FUZZ_UCP_PROGRESS);
-        put8(g, (unsigned)fuzz_rnd_below(32));
-        break;
-    case 10: case 11:
-        put8(g, FUZZ_UCP_RECV);
-        put8(g, (unsigned)fuzz_rnd_below(fuzz_rnd_below(2) ? 4 : 256));
-        break;
-    case 12:
-        put8(g, FUZZ_UCP_CANCEL);
-        break;
-    default: /* a few random bytes as an op */
-        for (unsigned i = 0, n = (unsigned)fuzz_rnd_below(8); i < n; i++) put8(g, (unsigned)fuzz_rnd());
+    case 8: case 9: fuzz_pair_gen_progress(g); break;
+    case 10: case 11: fuzz_pair_gen_recv(g); break;
+    case 12: fuzz_pair_gen_cancel(g); break;
+    default: fuzz_pair_gen_junk(g); /* a few random bytes as an op */
     }
 }
 
 size_t fuzz_target_generate(unsigned char *in, size_t room)
 {
-    gen_t g = {in, 0, room};
-    put8(&g, (unsigned)fuzz_rnd_below(32));
-    put8(&g, (unsigned)fuzz_rnd_below(256));
-    for (unsigned i = 0, n = 1 + (unsigned)fuzz_rnd_below(12); i < n && g.len < room; i++)
-        gen_op(&g);
-    return fuzz_damage(in, g.len, 2);
+    return fuzz_pair_generate(in, room, 32, gen_op);
 }

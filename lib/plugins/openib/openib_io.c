@@ -41,19 +41,17 @@ static void protocol_error(openib_con_t *oc, const char *what)
     con_fail(oc, PSCOM_OP_READ, EPROTO);
 }
 
-/* Post the next send slot, holding len payload bytes: the owed tokens go
- * with it. 0, or -1 (the connection failed). */
-static int pkt_post(openib_con_t *oc, unsigned flags, size_t len)
+/* Post the next send slot, its first len bytes as they are (header
+ * included), and count it busy and a credit taken: 0, or the error of
+ * ibv_post_send() (nothing counted). */
+int openib_slot_post(openib_con_t *oc, size_t len)
 {
-    unsigned slot         = oc->send_head;
-    openib_pkt_hdr_t *hdr = (openib_pkt_hdr_t *)openib_send_slot(oc, slot);
-    hdr->magic            = OPENIB_PKT_MAGIC;
-    hdr->flags            = (uint16_t)flags;
-    hdr->tokens           = oc->owed;
-    struct ibv_sge sge    = {
-           .addr   = (uint64_t)(uintptr_t)hdr,
-           .length = (uint32_t)(sizeof(*hdr) + len),
-           .lkey   = oc->mr->lkey,
+    unsigned slot      = oc->send_head;
+    char *buf          = openib_send_slot(oc, slot);
+    struct ibv_sge sge = {
+        .addr   = (uint64_t)(uintptr_t)buf,
+        .length = (uint32_t)len,
+        .lkey   = oc->mr->lkey,
     };
     struct ibv_send_wr wr = {
         .wr_id      = OPENIB_WR_SEND | slot,
@@ -63,14 +61,27 @@ static int pkt_post(openib_con_t *oc, unsigned flags, size_t len)
         .send_flags = IBV_SEND_SIGNALED,
     }, *bad;
     int err = ibv_post_send(oc->qp, &wr, &bad);
+    if (err) return err;
+    oc->send_head = slot + 1 == oc->nsend ? 0 : slot + 1;
+    oc->send_busy++;
+    oc->credits--;
+    return 0;
+}
+
+/* Post the next send slot, holding len payload bytes: the owed tokens go
+ * with it. 0, or -1 (the connection failed). */
+static int pkt_post(openib_con_t *oc, unsigned flags, size_t len)
+{
+    openib_pkt_hdr_t *hdr = (openib_pkt_hdr_t *)openib_send_slot(oc, oc->send_head);
+    hdr->magic            = OPENIB_PKT_MAGIC;
+    hdr->flags            = (uint16_t)flags;
+    hdr->tokens           = oc->owed;
+    int err               = openib_slot_post(oc, sizeof(*hdr) + len);
     if (err) {
         plog_err("%s: openib: ibv_post_send: %s", pscom_con_name(oc->con), strerror(err));
         con_fail(oc, PSCOM_OP_WRITE, err);
         return -1;
     }
-    oc->send_head = slot + 1 == oc->nsend ? 0 : slot + 1;
-    oc->send_busy++;
-    oc->credits--;
     oc->owed      = 0;
     oc->owed_data = 0;
     return 0;

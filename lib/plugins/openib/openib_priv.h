@@ -148,6 +148,8 @@ int openib_poll(pscom_poller_t *poller);
 int openib_busy(pscom_poller_t *poller);
 void openib_drain_sends(openib_con_t *oc);
 int openib_con_take(openib_con_t *oc);
+/* post the next send slot's first len bytes (the packet as it is there) */
+int openib_slot_post(openib_con_t *oc, size_t len);
 
 /* openib_wait.c: blocked waits sleep on the completion channel */
 int openib_wait_init(void);
