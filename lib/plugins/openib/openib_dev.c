@@ -3,7 +3,8 @@
  * PSP_OPENIB_HCA / PSP_OPENIB_PORT select, and its protection domain.
  *
  * Without a device (no HCA, no kernel support, no active port with a LID)
- * the plugin disables itself with one line that says why; connections then
+ * the plugin disables itself with one line that says why, at the default
+ * log level (the user asked for openib with PSP_OPENIB); connections then
  * take the next transport.
  */
 #define _GNU_SOURCE
@@ -14,6 +15,8 @@
 #include "openib_priv.h"
 
 openib_dev_t openib_dev;
+
+#define DISABLED "; the openib transport is disabled"
 
 /* The first active port of ctx with a LID (or the configured one). 0: none. */
 static uint8_t usable_port(struct ibv_context *ctx, unsigned nports, struct ibv_port_attr *attr)
@@ -62,8 +65,8 @@ int openib_dev_open(void)
     int n = 0;
     struct ibv_device **list = ibv_get_device_list(&n);
     if (!list) {
-        plog_info("openib: no verbs devices (%s)",
-                  errno == ENOSYS ? "no RDMA support in the kernel" : strerror(errno));
+        plog_err("openib: no verbs devices (%s)" DISABLED,
+                 errno == ENOSYS ? "no RDMA support in the kernel" : strerror(errno));
         return -1;
     }
     uint8_t port = 0;
@@ -72,8 +75,8 @@ int openib_dev_open(void)
     const char *why;
     struct ibv_context *ctx = open_usable(list, n, &port, &pattr, &dattr, &why);
     if (!ctx) {
-        plog_info("openib: %s%s%s", why, openib_cfg.hca ? ": " : "",
-                  openib_cfg.hca ? openib_cfg.hca : "");
+        plog_err("openib: %s%s%s" DISABLED, why, openib_cfg.hca ? ": " : "",
+                 openib_cfg.hca ? openib_cfg.hca : "");
         ibv_free_device_list(list);
         return -1;
     }
@@ -83,7 +86,7 @@ int openib_dev_open(void)
 
     openib_dev.pd = ibv_alloc_pd(ctx);
     if (!openib_dev.pd) {
-        plog_info("openib: %s: cannot allocate a protection domain", openib_dev.name);
+        plog_err("openib: %s: cannot allocate a protection domain" DISABLED, openib_dev.name);
         ibv_close_device(ctx);
         return -1;
     }
