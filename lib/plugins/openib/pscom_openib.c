@@ -49,23 +49,22 @@ static const pscom_env_entry_t openib_env[] = {
      "RECVQ_SIZE + SENDQ_SIZE entries)", &openib_cfg.compq_size, PSCOM_ENV_UINT, 0},
     {"SENDQ_SIZE", "16", "send slots of 16 KiB per connection (at most RECVQ_SIZE)",
      &openib_cfg.sendq_size, PSCOM_ENV_UINT, 0},
-    {"EVENT_CNT", "1", "report busy while packets are in flight", &openib_cfg.event_cnt,
-     PSCOM_ENV_INT, PSCOM_ENV_HIDDEN},
+    {"EVENT_CNT", "1", "accepted for compatibility (busy is always reported while packets "
+     "are in flight)", &openib_cfg.event_cnt, PSCOM_ENV_INT, 0},
     {"IGNORE_WRONG_OPCODES", "0", "accepted for compatibility (a completion of an unknown "
-     "kind always ends the connection)", &openib_cfg.ignore_wrong_opcodes, PSCOM_ENV_INT,
-     PSCOM_ENV_HIDDEN},
+     "kind always ends the connection)", &openib_cfg.ignore_wrong_opcodes, PSCOM_ENV_INT, 0},
     {"LID_OFFSET", "0", "added to the port's LID (adaptive routing)", &openib_cfg.lid_offset,
      PSCOM_ENV_INT, 0},
     {"RENDEZVOUS", "40000", "pscom-level rendezvous threshold over openib",
      &openib_cfg.rendezvous, PSCOM_ENV_UINT, PSCOM_ENV_HAS_PARENT},
     {"RNDV_FALLBACKS", "1", "accepted for compatibility (no memory is registered per message)",
-     &openib_cfg.rndv_fallbacks, PSCOM_ENV_INT, PSCOM_ENV_HIDDEN},
+     &openib_cfg.rndv_fallbacks, PSCOM_ENV_INT, 0},
     {"PENDING_TOKENS", "auto", "credits owed before they are returned alone "
      "(auto: RECVQ_SIZE - 6)", &openib_cfg.pending_tokens, PSCOM_ENV_UINT, 0},
     {"MCACHE_SIZE", "0", "registration cache entries (none: no memory is registered per "
-     "message)", &openib_cfg.mcache_size, PSCOM_ENV_UINT, PSCOM_ENV_HIDDEN},
+     "message)", &openib_cfg.mcache_size, PSCOM_ENV_UINT, 0},
     {"MALLOC_OPTS", "1", "accepted for compatibility (no registration cache)",
-     &openib_cfg.malloc_opts, PSCOM_ENV_INT, PSCOM_ENV_HIDDEN},
+     &openib_cfg.malloc_opts, PSCOM_ENV_INT, 0},
     {NULL},
 };
 
