@@ -8,6 +8,8 @@
  */
 #include "pscom_testutil.h"
 
+#include <errno.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +42,7 @@ static void member(int me, int to_parent, int from_parent)
     snprintf(line, sizeof(line), "%s", ep);
     TU_ASSERT_EQ(write(to_parent, line, sizeof(line)), sizeof(line));
     char eps[N][128];
-    TU_ASSERT_EQ(read(from_parent, eps, sizeof(eps)), sizeof(eps));
+    TU_ASSERT_EQ(tu_read_all(from_parent, eps, sizeof(eps)), sizeof(eps));
 
     pscom_connection_t *cons[N];
     for (int i = 0; i < N; i++) {
@@ -114,7 +116,7 @@ int main(void)
     char eps[N][128];
     for (int i = 0; i < N; i++) {
         char line[128];
-        TU_ASSERT_EQ(read(up[0], line, sizeof(line)), sizeof(line));
+        TU_ASSERT_EQ(tu_read_all(up[0], line, sizeof(line)), sizeof(line));
         int rank = atoi(strchr(line, '@') + 2);
         TU_ASSERT(rank >= 0 && rank < N);
         memcpy(eps[rank], line, sizeof(line));
@@ -122,8 +124,9 @@ int main(void)
     for (int i = 0; i < N; i++) TU_ASSERT_EQ(write(down[i][1], eps, sizeof(eps)), sizeof(eps));
     int failed = 0;
     for (int i = 0; i < N; i++) {
-        int st;
-        waitpid(pids[i], &st, 0);
+        int st = 0;
+        while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR) {
+        }
         if (!WIFEXITED(st) || WEXITSTATUS(st)) {
             fprintf(stderr, "member %d failed (status 0x%x)\n", i, st);
             failed = 1;

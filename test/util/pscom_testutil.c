@@ -625,23 +625,28 @@ static void tu_ctl_write(tu_ctx_t *ctx, int peer, const void *buf, size_t len)
     }
 }
 
-static void tu_ctl_read(tu_ctx_t *ctx, int peer, void *buf, size_t len)
+ssize_t tu_read_all(int fd, void *buf, size_t len)
 {
-    int fd           = tu_ctl_fd(ctx, peer);
     unsigned char *p = (unsigned char *)buf;
-    tu_step("waiting on the control channel from rank %d", peer);
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
+    size_t done      = 0;
+    while (done < len) {
+        ssize_t n = read(fd, p + done, len - done);
         if (n < 0) {
             if (errno == EINTR) continue;
-            TU_FAIL("control channel from rank %d: read: %s", peer, strerror(errno));
+            return -1;
         }
-        if (n == 0) {
-            TU_FAIL("control channel from rank %d: peer exited (EOF)", peer);
-        }
-        p += n;
-        len -= (size_t)n;
+        if (n == 0) break;
+        done += (size_t)n;
     }
+    return (ssize_t)done;
+}
+
+static void tu_ctl_read(tu_ctx_t *ctx, int peer, void *buf, size_t len)
+{
+    tu_step("waiting on the control channel from rank %d", peer);
+    ssize_t n = tu_read_all(tu_ctl_fd(ctx, peer), buf, len);
+    if (n < 0) TU_FAIL("control channel from rank %d: read: %s", peer, strerror(errno));
+    if ((size_t)n < len) TU_FAIL("control channel from rank %d: peer exited (EOF)", peer);
 }
 
 void tu_signal(tu_ctx_t *ctx, int peer, uint32_t value)
