@@ -124,15 +124,9 @@ static int stall(tu_ctx_t *ctx)
     for (uint32_t attempt = 1; attempt <= 3; attempt++) {
         struct pollfd p = {.fd = lfd, .events = POLLIN};
         TU_ASSERT_EQ(poll(&p, 1, 0), 1);
-        int fd = accept(lfd, NULL, NULL);
-        TU_ASSERT_GE(fd, 0);
+        int fd = tu_tcp_accept(lfd);
         unsigned char buf[16 + 40];
-        size_t have = 0;
-        while (have < sizeof(buf)) {
-            ssize_t n = read(fd, buf + have, sizeof(buf) - have);
-            TU_ASSERT_GT(n, 0);
-            have += (size_t)n;
-        }
+        TU_ASSERT_EQ(tu_read_all(fd, buf, sizeof(buf)), (ssize_t)sizeof(buf));
         TU_ASSERT(!memcmp(buf, "PSC1", 4));
         uint32_t got;
         memcpy(&got, buf + 16 + 20, 4);
@@ -163,17 +157,12 @@ static int silent_client(tu_ctx_t *ctx)
 {
     const char *ep = tu_client_get_ep(ctx);
     int port       = atoi(strrchr(ep, ':') + 1);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    sa.sin_port           = htons((uint16_t)port);
     int fd[2];
-    for (int i = 0; i < 2; i++) {
-        fd[i] = socket(AF_INET, SOCK_STREAM, 0);
-        TU_ASSERT_EQ(connect(fd[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
-    }
+    for (int i = 0; i < 2; i++) fd[i] = tu_tcp_connect(port);
     TU_ASSERT_EQ(write(fd[1], "PSC1\x01\x00", 6), 6); /* half a header, then silence */
     for (int i = 0; i < 2; i++) {
         char c;
-        ssize_t n = read(fd[i], &c, 1); /* blocks until the watchdog closes it */
+        ssize_t n = tu_read_all(fd[i], &c, 1); /* blocks until the watchdog closes it */
         TU_ASSERT_MSG(n == 0 || (n < 0 && errno == ECONNRESET),
                       "silent connection %d: read returned %zd", i, n);
         close(fd[i]);
@@ -241,8 +230,7 @@ static int busy_client(tu_ctx_t *ctx)
     TU_ASSERT_OK(pscom_recv(c, NULL, NULL, 0, pong, sizeof(pong)));
     TU_ASSERT_PATTERN(pong, sizeof(pong), 77);
     /* now let the server's connect fail: take its connection and close it */
-    int fd = accept(lfd, NULL, NULL);
-    TU_ASSERT_GE(fd, 0);
+    int fd = tu_tcp_accept(lfd);
     close(fd);
     close(lfd);
     TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 2);

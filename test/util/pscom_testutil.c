@@ -177,6 +177,34 @@ int tu_tcp_socket(uint32_t addr, int backlog, int *port)
     return fd;
 }
 
+int tu_tcp_accept(int lfd)
+{
+    int fd;
+    while ((fd = accept(lfd, NULL, NULL)) < 0 && errno == EINTR) {
+    }
+    TU_ASSERT_MSG(fd >= 0, "accept: %s", strerror(errno));
+    return fd;
+}
+
+int tu_tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    TU_ASSERT_GE(fd, 0);
+    struct sockaddr_in sa = {.sin_family      = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port        = htons((uint16_t)port)};
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) return fd;
+    /* interrupted: the connect goes on; its outcome comes with POLLOUT */
+    TU_ASSERT_MSG(errno == EINTR, "connect to port %d: %s", port, strerror(errno));
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    while (poll(&p, 1, -1) < 0) TU_ASSERT_EQ(errno, EINTR);
+    int err = 0;
+    socklen_t len = sizeof(err);
+    TU_ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+    TU_ASSERT_MSG(err == 0, "connect to port %d: %s", port, strerror(err));
+    return fd;
+}
+
 /* ------------------------------------------------------------------ */
 /* stderr capture                                                     */
 /* ------------------------------------------------------------------ */

@@ -216,6 +216,11 @@ long tu_heap_bytes(void);
  * byte order) and a free port (*port); listening if backlog > 0, else
  * bound only (connects to it are refused). */
 int tu_tcp_socket(uint32_t addr, int backlog, int *port);
+/* accept() on lfd, going on after EINTR (a signal); asserts success. */
+int tu_tcp_accept(int lfd);
+/* A TCP socket connected to port on loopback (an interrupted connect is
+ * waited for); asserts success. */
+int tu_tcp_connect(int port);
 /* Read len bytes from fd, going on after short reads and EINTR (a signal):
  * len, fewer at EOF, or -1 (errno) on an error. */
 ssize_t tu_read_all(int fd, void *buf, size_t len);
