@@ -276,22 +276,38 @@ static void sock_put(int fd, uint32_t v)
     CK(write(fd, &v, sizeof(v)) == (ssize_t)sizeof(v));
 }
 
+/* 1 if fd is readable within ms, 0 if not (a short ms only where the test
+ * asserts that nothing comes); poll() goes on after a signal (EINTR) with
+ * the time left */
+static int poll_in(int fd, int ms)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        long spent = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        int r      = poll(&p, 1, spent >= ms ? 0 : (int)(ms - spent));
+        if (r < 0 && errno == EINTR) continue;
+        CK(r >= 0);
+        return r == 1 && (p.revents & POLLIN);
+    }
+}
+
 static uint32_t sock_get_ms(int fd, int ms)
 {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    CK(poll(&p, 1, ms) == 1);
+    CK(poll_in(fd, ms));
     uint32_t v;
-    CK(read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v));
+    ssize_t n;
+    while ((n = read(fd, &v, sizeof(v))) < 0 && errno == EINTR) {
+    }
+    CK(n == (ssize_t)sizeof(v));
     return v;
 }
 
 static uint32_t sock_get(int fd)
 {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    CK(poll(&p, 1, DEADLINE_MS) == 1);
-    uint32_t v;
-    CK(read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v));
-    return v;
+    return sock_get_ms(fd, DEADLINE_MS);
 }
 
 typedef void role_fn(struct ep *e, int sock);
@@ -333,8 +349,13 @@ static void run_pair(role_fn *a, role_fn *b, const struct cfg *c)
     close(sv[0]);
     close(sv[1]);
     int sa, sb;
-    assert_int_equal(waitpid(pa, &sa, 0), pa);
-    assert_int_equal(waitpid(pb, &sb, 0), pb);
+    pid_t r;
+    while ((r = waitpid(pa, &sa, 0)) < 0 && errno == EINTR) {
+    }
+    assert_int_equal(r, pa);
+    while ((r = waitpid(pb, &sb, 0)) < 0 && errno == EINTR) {
+    }
+    assert_int_equal(r, pb);
     assert_true(WIFEXITED(sa) && WEXITSTATUS(sa) == 0);
     assert_true(WIFEXITED(sb) && WEXITSTATUS(sb) == 0);
 }
@@ -1325,15 +1346,6 @@ static void test_fault_injection(void **state)
 
 static const struct cfg cfg_chan = {64, 64, 256, 0, 2 * MAX_MSG + 4096, 1};
 
-/* 1 if fd is readable within ms (0: it is not; a short ms only where the
- * test asserts that nothing comes) */
-static int fd_ready(int fd, int ms)
-{
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    int r = poll(&p, 1, ms);
-    CK(r >= 0);
-    return r == 1 && (p.revents & POLLIN);
-}
 
 /* takes one event, which must be e's CQ's, and acknowledges it */
 static void event_take(struct ep *e)
@@ -1380,18 +1392,18 @@ static void events_b(struct ep *e, int sock)
      * it, still no event */
     sock_put(sock, 1);
     CK(sock_get(sock) == 101);
-    CK(!fd_ready(fd, NO_EVENT_MS));
+    CK(!poll_in(fd, NO_EVENT_MS));
     CK(poll_n(e, wc, 1) == 1);
     recv_check(e, &wc[0], 1);
-    CK(!fd_ready(fd, 0));
+    CK(!poll_in(fd, 0));
 
     /* armed, and b does not poll: the engine receives, the event comes;
      * the CQE is there after it */
     CK(ibv_req_notify_cq(e->cq, 0) == 0);
     sock_put(sock, 2);
-    CK(fd_ready(fd, DEADLINE_MS));
+    CK(poll_in(fd, DEADLINE_MS));
     event_take(e);
-    CK(!fd_ready(fd, 0));
+    CK(!poll_in(fd, 0));
     CK(ibv_poll_cq(e->cq, 4, wc) == 1);
     recv_check(e, &wc[0], 2);
     CK(sock_get(sock) == 102);
@@ -1400,11 +1412,11 @@ static void events_b(struct ep *e, int sock)
      * waits in the socket without an event ... */
     sock_put(sock, 3);
     CK(sock_get(sock) == 103);
-    CK(!fd_ready(fd, NO_EVENT_MS));
+    CK(!poll_in(fd, NO_EVENT_MS));
     /* ... until it is armed again: what waits in the socket is received
      * after the arming, so it raises the event */
     CK(ibv_req_notify_cq(e->cq, 0) == 0);
-    CK(fd_ready(fd, DEADLINE_MS));
+    CK(poll_in(fd, DEADLINE_MS));
     event_take(e);
     CK(ibv_poll_cq(e->cq, 4, wc) == 1);
     recv_check(e, &wc[0], 3);
@@ -1415,16 +1427,16 @@ static void events_b(struct ep *e, int sock)
     CK(sock_get(sock) == 104);
     CK(ibv_poll_cq(e->cq, 0, wc) == 0);
     CK(ibv_req_notify_cq(e->cq, 0) == 0);
-    CK(!fd_ready(fd, NO_EVENT_MS));
+    CK(!poll_in(fd, NO_EVENT_MS));
     CK(ibv_poll_cq(e->cq, 4, wc) == 1);
     recv_check(e, &wc[0], 4);
     /* still armed: the next message raises it */
     sock_put(sock, 5);
-    CK(fd_ready(fd, DEADLINE_MS));
+    CK(poll_in(fd, DEADLINE_MS));
     event_take(e);
     CK(poll_n(e, wc, 1) == 1);
     recv_check(e, &wc[0], 5);
-    CK(!fd_ready(fd, 0));
+    CK(!poll_in(fd, 0));
     CK(sock_get(sock) == 105);
     sock_put(sock, 200);
 }
@@ -1453,15 +1465,15 @@ static void test_event_send_engine(void **state)
     assert_int_equal(r, 0);
     assert_true(k < 30);
     assert_int_equal(ibv_req_notify_cq(a.cq, 0), 0);
-    assert_false(fd_ready(a.chan->fd, NO_EVENT_MS));
+    assert_false(poll_in(a.chan->fd, NO_EVENT_MS));
     /* b posts its receives (and takes what is in its socket): a's engine
      * sends on, and its first completion raises a's event; a calls no
      * verbs until then */
     for (unsigned i = 0; i < 30; i++)
         assert_int_equal(post_recv(&b, i, RECV_OFF + i * 16384, 16384), 0);
-    assert_true(fd_ready(a.chan->fd, DEADLINE_MS));
+    assert_true(poll_in(a.chan->fd, DEADLINE_MS));
     event_take(&a);
-    assert_false(fd_ready(a.chan->fd, 0));
+    assert_false(poll_in(a.chan->fd, 0));
     struct ibv_wc bw[30];
     assert_int_equal(poll_n(&b, bw, 30), 30);
     assert_int_equal(poll_n(&a, wc + k, 30 - k), 30 - k);
@@ -1520,7 +1532,7 @@ static void test_event_blocking(void **state)
     assert_int_equal(pthread_create(&t, NULL, getter_run, &g), 0);
     assert_int_equal(post_send(&a, 1, 0, 64, IBV_SEND_SIGNALED), 0);
     /* bounded: the thread has returned before it is joined */
-    assert_true(fd_ready(g.done[0], DEADLINE_MS));
+    assert_true(poll_in(g.done[0], DEADLINE_MS));
     assert_int_equal(pthread_join(t, NULL), 0);
     close(g.done[0]);
     close(g.done[1]);
@@ -1528,7 +1540,7 @@ static void test_event_blocking(void **state)
     assert_ptr_equal(g.cq, b.cq);
     assert_ptr_equal(g.ctx, &b);
     ibv_ack_cq_events(g.cq, 1);
-    assert_false(fd_ready(fd, 0)); /* armed twice, one event */
+    assert_false(poll_in(fd, 0)); /* armed twice, one event */
     struct ibv_wc wc;
     assert_int_equal(ibv_poll_cq(b.cq, 1, &wc), 1);
     assert_int_equal(wc.status, IBV_WC_SUCCESS);
@@ -1538,7 +1550,7 @@ static void test_event_blocking(void **state)
     assert_int_equal(post_recv(&b, 2, RECV_OFF, 64), 0);
     assert_int_equal(post_send(&a, 2, 0, 64, IBV_SEND_SIGNALED), 0);
     assert_int_equal(poll1(&a).status, IBV_WC_SUCCESS);
-    assert_false(fd_ready(fd, NO_EVENT_MS));
+    assert_false(poll_in(fd, NO_EVENT_MS));
     assert_int_equal(poll1(&b).wr_id, 2);
     ep_close(&a);
     ep_close(&b);
@@ -1558,7 +1570,7 @@ static void test_event_destroy(void **state)
     assert_int_equal(post_recv(&b, 1, RECV_OFF, 64), 0);
     assert_int_equal(ibv_req_notify_cq(b.cq, 0), 0);
     assert_int_equal(post_send(&a, 1, 0, 64, IBV_SEND_SIGNALED), 0);
-    assert_true(fd_ready(fd, DEADLINE_MS));
+    assert_true(poll_in(fd, DEADLINE_MS));
     assert_int_equal(ibv_get_cq_event(b.chan, &cq, &ctx), 0);
     assert_ptr_equal(cq, b.cq);
     assert_int_equal(ibv_destroy_qp(b.qp), 0);
@@ -1577,12 +1589,12 @@ static void test_event_destroy(void **state)
     assert_int_equal(post_recv(&b, 1, RECV_OFF, 64), 0);
     assert_int_equal(ibv_req_notify_cq(b.cq, 0), 0);
     assert_int_equal(post_send(&a, 1, 0, 64, IBV_SEND_SIGNALED), 0);
-    assert_true(fd_ready(fd, DEADLINE_MS));
+    assert_true(poll_in(fd, DEADLINE_MS));
     assert_int_equal(ibv_destroy_qp(b.qp), 0);
     b.qp = NULL;
     assert_int_equal(ibv_destroy_cq(b.cq), 0);
     b.cq = NULL;
-    assert_false(fd_ready(fd, 0));
+    assert_false(poll_in(fd, 0));
     assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
     assert_int_equal(ibv_get_cq_event(b.chan, &cq, &ctx), -1);
     assert_int_equal(errno, EAGAIN);
@@ -1637,17 +1649,17 @@ static void test_event_two_cqs(void **state)
     assert_int_equal(post_recv(&b2, 8, RECV_OFF + 64, 64), 0);
     assert_int_equal(post_send(&c, 1, 0, 32, IBV_SEND_SIGNALED), 0);
     assert_int_equal(post_send(&c, 2, 0, 32, IBV_SEND_SIGNALED), 0);
-    assert_true(fd_ready(ch->fd, DEADLINE_MS));
+    assert_true(poll_in(ch->fd, DEADLINE_MS));
     struct ibv_cq *cq;
     void *ctx;
     assert_int_equal(ibv_get_cq_event(ch, &cq, &ctx), 0);
     assert_ptr_equal(cq, cq2);
     assert_ptr_equal(ctx, &tag2);
-    assert_false(fd_ready(ch->fd, 0));
+    assert_false(poll_in(ch->fd, 0));
     /* the send completion on cq1 (the fast path of post_send) */
     assert_int_equal(post_recv(&c, 1, RECV_OFF, 64), 0);
     assert_int_equal(post_send(&b2, 3, 0, 32, IBV_SEND_SIGNALED), 0);
-    assert_true(fd_ready(ch->fd, 0));
+    assert_true(poll_in(ch->fd, 0));
     assert_int_equal(ibv_get_cq_event(ch, &cq, &ctx), 0);
     assert_ptr_equal(cq, cq1);
     assert_ptr_equal(ctx, &tag1);
