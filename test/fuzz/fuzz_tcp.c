@@ -16,6 +16,7 @@
 #include "fuzz_driver.h" /* FUZZ_CHECK */
 #include "fuzz_handshake.h"
 #include "pscom_sock.h"
+#include "tu_sys.h"
 
 pscom_socket_t *fuzz_tcp_pscom_socket(const char *name)
 {
@@ -52,7 +53,7 @@ int fuzz_tcp_connect(int port)
     if (fd < 0) abort();
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) abort();
+    if (tu_sys_connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) abort();
     return fd;
 }
 

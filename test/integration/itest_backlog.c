@@ -95,10 +95,10 @@ static long backlog_with(const char *value)
     }
     close(p[1]);
     long b = -3;
-    TU_ASSERT_EQ(read(p[0], &b, sizeof(b)), (ssize_t)sizeof(b));
+    TU_ASSERT_EQ(tu_sys_read_all(p[0], &b, sizeof(b)), (ssize_t)sizeof(b));
     close(p[0]);
     int st;
-    TU_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    TU_ASSERT_EQ(tu_sys_waitpid(pid, &st), pid);
     TU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     return b;
 }

@@ -126,7 +126,7 @@ static int stall(tu_ctx_t *ctx)
         TU_ASSERT_EQ(poll(&p, 1, 0), 1);
         int fd = tu_tcp_accept(lfd);
         unsigned char buf[16 + 40];
-        TU_ASSERT_EQ(tu_read_all(fd, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+        TU_ASSERT_EQ(tu_sys_read_all(fd, buf, sizeof(buf)), (ssize_t)sizeof(buf));
         TU_ASSERT(!memcmp(buf, "PSC1", 4));
         uint32_t got;
         memcpy(&got, buf + 16 + 20, 4);
@@ -162,7 +162,7 @@ static int silent_client(tu_ctx_t *ctx)
     TU_ASSERT_EQ(write(fd[1], "PSC1\x01\x00", 6), 6); /* half a header, then silence */
     for (int i = 0; i < 2; i++) {
         char c;
-        ssize_t n = tu_read_all(fd[i], &c, 1); /* blocks until the watchdog closes it */
+        ssize_t n = tu_sys_read_all(fd[i], &c, 1); /* blocks until the watchdog closes it */
         TU_ASSERT_MSG(n == 0 || (n < 0 && errno == ECONNRESET),
                       "silent connection %d: read returned %zd", i, n);
         close(fd[i]);

@@ -83,7 +83,7 @@ static int raw_connect(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     TU_ASSERT_GE(fd, 0);
-    TU_ASSERT_MSG(connect(fd, (struct sockaddr *)&server_addr, sizeof(server_addr)) == 0,
+    TU_ASSERT_MSG(tu_sys_connect(fd, (struct sockaddr *)&server_addr, sizeof(server_addr)) == 0,
                   "raw connect: %s", strerror(errno));
     return fd;
 }

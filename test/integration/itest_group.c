@@ -42,7 +42,7 @@ static void member(int me, int to_parent, int from_parent)
     snprintf(line, sizeof(line), "%s", ep);
     TU_ASSERT_EQ(write(to_parent, line, sizeof(line)), sizeof(line));
     char eps[N][128];
-    TU_ASSERT_EQ(tu_read_all(from_parent, eps, sizeof(eps)), sizeof(eps));
+    TU_ASSERT_EQ(tu_sys_read_all(from_parent, eps, sizeof(eps)), sizeof(eps));
 
     pscom_connection_t *cons[N];
     for (int i = 0; i < N; i++) {
@@ -116,7 +116,7 @@ int main(void)
     char eps[N][128];
     for (int i = 0; i < N; i++) {
         char line[128];
-        TU_ASSERT_EQ(tu_read_all(up[0], line, sizeof(line)), sizeof(line));
+        TU_ASSERT_EQ(tu_sys_read_all(up[0], line, sizeof(line)), sizeof(line));
         int rank = atoi(strchr(line, '@') + 2);
         TU_ASSERT(rank >= 0 && rank < N);
         memcpy(eps[rank], line, sizeof(line));

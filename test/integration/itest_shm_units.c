@@ -115,7 +115,7 @@ static void ring_test(void)
     }
     TU_ASSERT(!shm_ring_ready(&rx));
     int st;
-    TU_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    TU_ASSERT_EQ(tu_sys_waitpid(pid, &st), pid);
     TU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     munmap(mem, RING + 4096);
     tu_log("ring: %u packets through %u bytes", PACKETS, RING);
@@ -167,7 +167,7 @@ static int job_round(ctl_t *ctl, unsigned char *dst, unsigned char *src, int ref
     TU_ASSERT_MEM_EQ(dst, src, JOB_LEN);
     ctl->stop = 1;
     int st;
-    TU_ASSERT_EQ(waitpid(helper, &st, 0), helper);
+    TU_ASSERT_EQ(tu_sys_waitpid(helper, &st), helper);
     TU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     return helped;
 }
@@ -226,7 +226,7 @@ static void break_test(ctl_t *ctl, unsigned char *dst, unsigned char *src, int h
                             BREAK_CHUNK, alive_a_while, &calls, &helped);
         ctl->stop = 1;
         int st;
-        TU_ASSERT_EQ(waitpid(helper, &st, 0), helper);
+        TU_ASSERT_EQ(tu_sys_waitpid(helper, &st), helper);
         TU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
         if (r == -EPROTO) break;
         TU_ASSERT_EQ(r, 0); /* the helper came too late */

@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "pscom.h"
+#include "tu_sys.h"
 #include "tu_text.h"
 
 static pscom_socket_t *sock;
@@ -140,7 +141,7 @@ static char *in_child(void (*fn)(void), int *status)
         fn();
         _exit(0);
     }
-    assert_int_equal(waitpid(pid, status, 0), pid);
+    assert_int_equal(tu_sys_waitpid(pid, status), pid);
     char *out = tu_read_fd(fileno(err));
     assert_non_null(out);
     fclose(err);

@@ -193,15 +193,8 @@ int tu_tcp_connect(int port)
     struct sockaddr_in sa = {.sin_family      = AF_INET,
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
                              .sin_port        = htons((uint16_t)port)};
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) return fd;
-    /* interrupted: the connect goes on; its outcome comes with POLLOUT */
-    TU_ASSERT_MSG(errno == EINTR, "connect to port %d: %s", port, strerror(errno));
-    struct pollfd p = {.fd = fd, .events = POLLOUT};
-    while (poll(&p, 1, -1) < 0) TU_ASSERT_EQ(errno, EINTR);
-    int err = 0;
-    socklen_t len = sizeof(err);
-    TU_ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len), 0);
-    TU_ASSERT_MSG(err == 0, "connect to port %d: %s", port, strerror(err));
+    TU_ASSERT_MSG(tu_sys_connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+                  "connect to port %d: %s", port, strerror(errno));
     return fd;
 }
 
@@ -653,26 +646,10 @@ static void tu_ctl_write(tu_ctx_t *ctx, int peer, const void *buf, size_t len)
     }
 }
 
-ssize_t tu_read_all(int fd, void *buf, size_t len)
-{
-    unsigned char *p = (unsigned char *)buf;
-    size_t done      = 0;
-    while (done < len) {
-        ssize_t n = read(fd, p + done, len - done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (n == 0) break;
-        done += (size_t)n;
-    }
-    return (ssize_t)done;
-}
-
 static void tu_ctl_read(tu_ctx_t *ctx, int peer, void *buf, size_t len)
 {
     tu_step("waiting on the control channel from rank %d", peer);
-    ssize_t n = tu_read_all(tu_ctl_fd(ctx, peer), buf, len);
+    ssize_t n = tu_sys_read_all(tu_ctl_fd(ctx, peer), buf, len);
     if (n < 0) TU_FAIL("control channel from rank %d: read: %s", peer, strerror(errno));
     if ((size_t)n < len) TU_FAIL("control channel from rank %d: peer exited (EOF)", peer);
 }

@@ -38,6 +38,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "tu_sys.h"
 #include "tu_text.h" /* tu_count(), tu_read_fd() */
 
 #ifdef __cplusplus
@@ -221,9 +222,6 @@ int tu_tcp_accept(int lfd);
 /* A TCP socket connected to port on loopback (an interrupted connect is
  * waited for); asserts success. */
 int tu_tcp_connect(int port);
-/* Read len bytes from fd, going on after short reads and EINTR (a signal):
- * len, fewer at EOF, or -1 (errno) on an error. */
-ssize_t tu_read_all(int fd, void *buf, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* What the library prints to stderr                                  */
