@@ -8,7 +8,6 @@
  */
 #include "pscom_testutil.h"
 
-#include <errno.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,8 +124,7 @@ int main(void)
     int failed = 0;
     for (int i = 0; i < N; i++) {
         int st = 0;
-        while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR) {
-        }
+        tu_sys_waitpid(pids[i], &st);
         if (!WIFEXITED(st) || WEXITSTATUS(st)) {
             fprintf(stderr, "member %d failed (status 0x%x)\n", i, st);
             failed = 1;

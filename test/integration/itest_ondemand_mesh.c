@@ -451,9 +451,8 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < nprocs; i++) close(fds[i]);
     for (int i = 0; i < nprocs; i++) {
-        int st;
-        while (waitpid(kids[i], &st, 0) < 0 && errno == EINTR) {
-        }
+        int st = 0;
+        tu_sys_waitpid(kids[i], &st);
         if (!WIFEXITED(st) || WEXITSTATUS(st)) {
             fprintf(stderr, "[mesh] rank %d (pid %d) failed: %s %d\n", i, (int)kids[i],
                     WIFEXITED(st) ? "exit status" : "signal",

@@ -32,6 +32,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "tu_sys.h"
 #include "verbs_emul.h"
 
 #define DEADLINE_MS 5000
@@ -298,10 +299,7 @@ static uint32_t sock_get_ms(int fd, int ms)
 {
     CK(poll_in(fd, ms));
     uint32_t v;
-    ssize_t n;
-    while ((n = read(fd, &v, sizeof(v))) < 0 && errno == EINTR) {
-    }
-    CK(n == (ssize_t)sizeof(v));
+    CK(tu_sys_read_all(fd, &v, sizeof(v)) == (ssize_t)sizeof(v));
     return v;
 }
 
@@ -349,13 +347,8 @@ static void run_pair(role_fn *a, role_fn *b, const struct cfg *c)
     close(sv[0]);
     close(sv[1]);
     int sa, sb;
-    pid_t r;
-    while ((r = waitpid(pa, &sa, 0)) < 0 && errno == EINTR) {
-    }
-    assert_int_equal(r, pa);
-    while ((r = waitpid(pb, &sb, 0)) < 0 && errno == EINTR) {
-    }
-    assert_int_equal(r, pb);
+    assert_int_equal(tu_sys_waitpid(pa, &sa), pa);
+    assert_int_equal(tu_sys_waitpid(pb, &sb), pb);
     assert_true(WIFEXITED(sa) && WEXITSTATUS(sa) == 0);
     assert_true(WIFEXITED(sb) && WEXITSTATUS(sb) == 0);
 }
