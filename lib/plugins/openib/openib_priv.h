@@ -61,8 +61,6 @@ typedef struct openib_dev {
     uint8_t port;
     uint16_t lid;             /* with PSP_OPENIB_LID_OFFSET */
     enum ibv_mtu mtu;         /* path MTU we use */
-    uint32_t max_qp_wr;
-    int max_cqe;
     char name[64];
     pscom_poller_t poller;    /* one for all connections */
     struct ibv_comp_channel *chan; /* every completion queue's; NULL: none */
