@@ -102,6 +102,12 @@ static const fb_case_t cases[] = {
     {"accept_rtr", NULL, NULL, "modify_qp_rtr", NULL, NULL, TCP},
     {"connect_rtr", NULL, NULL, NULL, "modify_qp_rtr", NULL, TCP},
     {"accept_rts", NULL, NULL, "modify_qp_rts", NULL, NULL, TCP},
+    /* the completion queue: grows from one entry; cannot grow on either
+     * side; cannot be made at all */
+    {"cq_grows", "PSP_OPENIB_COMPQ_SIZE", "1", NULL, NULL, NULL, PSCOM_CON_TYPE_OPENIB},
+    {"accept_cq_full", "PSP_OPENIB_COMPQ_SIZE", "1", "resize_cq", NULL, NULL, TCP},
+    {"offer_cq_full", "PSP_OPENIB_COMPQ_SIZE", "1", NULL, "resize_cq", NULL, TCP},
+    {"no_cq", NULL, NULL, "create_cq", "create_cq", "openib: emul0: cannot create a completion queue", TCP},
 };
 
 /* ---- broken packets ---------------------------------------------------------- */
@@ -180,6 +186,7 @@ int main(void)
             setenv("PSP_PLUGINDIR", PSCOM_TEST_OPENIB_EMUL_DIR, 1);
         }
         if (tu_run(cur->name, 1, fb_server, fb_client, NULL)) return 1;
+        if (cur->env) unsetenv(cur->env);
     }
     unsetenv("VERBS_EMUL_DEVICES");
     unsetenv("VERBS_EMUL_PORT_STATE");

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <time.h>
@@ -172,6 +173,7 @@ int ibv_close_device(struct ibv_context *context)
         vc->cqs = c->next;
         pthread_mutex_destroy(&c->cq.mutex);
         pthread_cond_destroy(&c->cq.cond);
+        close(c->rx_ep);
         free(c->ring);
         free(c);
     }
@@ -561,6 +563,13 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
         errno = ENOMEM;
         return NULL;
     }
+    c->rx_ep = epoll_create1(EPOLL_CLOEXEC);
+    if (c->rx_ep < 0) {
+        int e = errno;
+        free(c);
+        errno = e;
+        return NULL;
+    }
     c->cap = (unsigned)cqe;
     c->cq.context = context;
     c->cq.channel = channel;
@@ -596,8 +605,27 @@ int ibv_destroy_cq(struct ibv_cq *cq)
     pthread_mutex_unlock(&vc->lock);
     pthread_mutex_destroy(&cq->mutex);
     pthread_cond_destroy(&cq->cond);
+    close(c->rx_ep);
     free(c->ring);
     free(c);
+    return 0;
+}
+
+/* The new size must hold what the CQ holds now (else EINVAL, as a
+ * provider would); entries stay, in order. */
+int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+    struct vemul_context *vc = vemul_ctx(cq->context);
+    struct vemul_cq *c = (struct vemul_cq *)cq;
+    if (vemul_fail("resize_cq")) return ENOMEM;
+    pthread_mutex_lock(&vc->lock);
+    if (cqe < 1 || cqe > VEMUL_MAX_CQE || (unsigned)cqe < c->count) {
+        pthread_mutex_unlock(&vc->lock);
+        return EINVAL;
+    }
+    c->cap = (unsigned)cqe;
+    cq->cqe = cqe;
+    pthread_mutex_unlock(&vc->lock);
     return 0;
 }
 
@@ -637,14 +665,15 @@ int vemul_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
     struct vemul_context *vc = vemul_ctx(cq->context);
     struct vemul_cq *c = (struct vemul_cq *)cq;
     pthread_mutex_lock(&vc->lock);
-    if (!c->overrun) {
-        struct vemul_qp *q = vc->qps;
-        while (q) {
-            struct vemul_qp *next = q->next;
-            if (q->qp.send_cq == cq || q->qp.recv_cq == cq)
-                vemul_qp_progress(q, c);
-            q = next;
-        }
+    /* sends that wait for room (only blocked QPs have any), then receives
+     * for the QPs whose sockets hold datagrams: an idle poll costs the
+     * same whatever the number of QPs, as on an HCA */
+    for (struct vemul_qp *q = vc->nblocked && !c->overrun ? vc->qps : NULL; q; q = q->next)
+        if (q->tx_blocked && q->qp.send_cq == cq) vemul_qp_progress(q, c);
+    if (!c->overrun && c->nqp) {
+        struct epoll_event ev[64];
+        int n = epoll_wait(c->rx_ep, ev, 64, 0);
+        for (int i = 0; i < n && !c->overrun; i++) vemul_qp_progress_rx(ev[i].data.ptr);
     }
     if (c->overrun) {
         pthread_mutex_unlock(&vc->lock);

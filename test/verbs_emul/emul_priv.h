@@ -86,6 +86,10 @@ struct vemul_cq {
     struct ibv_wc *ring; /* grows (doubling) up to cap entries */
     unsigned ring_size, head, count, cap;
     unsigned nqp; /* QPs using it as send or receive CQ */
+    /* epoll set of the receive sockets of the QPs that use it as receive
+     * CQ (level-triggered, data.ptr = the QP): poll_cq receives for those
+     * with datagrams waiting, whatever the number of QPs */
+    int rx_ep;
     int overrun;
     /* completion events (README.md): armed by req_notify_cq until the next
      * CQE; events queued on the channel and not yet taken by
@@ -161,6 +165,7 @@ struct vemul_context {
     uint16_t lid;
     uint32_t next_key;
     unsigned npd, ncq, nqp;
+    unsigned nblocked; /* QPs with tx_blocked set (vemul_set_tx_blocked) */
     struct vemul_pd *pds;
     struct vemul_chan *chans;
     struct vemul_cq *cqs;
@@ -201,6 +206,8 @@ int vemul_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int vemul_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int vemul_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 void vemul_qp_progress(struct vemul_qp *q, struct vemul_cq *cq);
+/* receives what waits in q's socket (poll_cq, through the CQ's rx_ep) */
+void vemul_qp_progress_rx(struct vemul_qp *q);
 /* wakes the engine if q's receive socket should now be watched and is not */
 void vemul_rx_watch_kick(struct vemul_qp *q);
 void vemul_qp_free(struct vemul_qp *q);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -89,6 +90,18 @@ static void vemul_recv_done(struct vemul_qp *q, enum ibv_wc_status status, uint3
     q->rq_count--;
 }
 
+/* tx_blocked, counted per context so that poll_cq looks for blocked QPs
+ * only while there are any */
+static void vemul_set_tx_blocked(struct vemul_qp *q, int blocked)
+{
+    if (q->tx_blocked == blocked) return;
+    q->tx_blocked = blocked;
+    if (blocked)
+        vemul_ctx(q->qp.context)->nblocked++;
+    else
+        vemul_ctx(q->qp.context)->nblocked--;
+}
+
 /* Drops every outstanding WR; with cqe, each completes with FLUSH_ERR
  * (sent unsignaled ones excepted: they were done). */
 static void vemul_drop_all(struct vemul_qp *q, int cqe)
@@ -101,7 +114,7 @@ static void vemul_drop_all(struct vemul_qp *q, int cqe)
         e->data = NULL;
     }
     q->sq_head = q->sq_count = q->sq_done = 0;
-    q->tx_blocked = 0;
+    vemul_set_tx_blocked(q, 0);
     while (q->rq_count) {
         if (cqe) {
             vemul_recv_done(q, IBV_WC_WR_FLUSH_ERR, 0, 0, 0);
@@ -213,7 +226,7 @@ static void vemul_progress_send(struct vemul_qp *q)
                     /* the peer's queue (or our send buffer) is full: the
                      * engine sends on, in order, when there is room */
                     if (!q->tx_blocked) {
-                        q->tx_blocked = 1;
+                        vemul_set_tx_blocked(q, 1);
                         vemul_kick(vemul_ctx(q->qp.context));
                     }
                     return;
@@ -235,7 +248,7 @@ static void vemul_progress_send(struct vemul_qp *q)
             q->sq_done++;
         }
     }
-    q->tx_blocked = 0;
+    vemul_set_tx_blocked(q, 0);
 }
 
 /* ------------------------------------------------------------ the engine */
@@ -472,6 +485,11 @@ static void vemul_progress_recv(struct vemul_qp *q)
     }
 }
 
+void vemul_qp_progress_rx(struct vemul_qp *q)
+{
+    vemul_progress_recv(q);
+}
+
 void vemul_qp_progress(struct vemul_qp *q, struct vemul_cq *cq)
 {
     if (q->qp.send_cq == &cq->cq) vemul_progress_send(q);
@@ -538,6 +556,11 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
     *cap = q->cap;
 
     pthread_mutex_lock(&vc->lock);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = q};
+    if (epoll_ctl(((struct vemul_cq *)attr->recv_cq)->rx_ep, EPOLL_CTL_ADD, q->fd, &ev) < 0) {
+        pthread_mutex_unlock(&vc->lock);
+        goto err_errno;
+    }
     q->next = vc->qps;
     vc->qps = q;
     vc->nqp++;
@@ -586,6 +609,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
         return EINVAL;
     }
     *pp = q->next;
+    epoll_ctl(((struct vemul_cq *)qp->recv_cq)->rx_ep, EPOLL_CTL_DEL, q->fd, NULL);
     if ((q->tx_polled || q->rx_polled) && vc->pid == getpid()) {
         /* the engine's poll() holds the sockets (a closed fd would not end
          * it, and the receive socket's name would stay bound until it
@@ -597,6 +621,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
     } else if (q->tx_blocked) {
         vemul_kick(vc); /* the engine forgets the QP */
     }
+    vemul_set_tx_blocked(q, 0);
     vc->nqp--;
     ((struct vemul_cq *)qp->send_cq)->nqp--;
     ((struct vemul_cq *)qp->recv_cq)->nqp--;

@@ -1227,6 +1227,105 @@ static void test_cq_overrun(void **state)
     ep_close(&b);
 }
 
+/* ibv_resize_cq: the CQ keeps its entries, in order; a size below what it
+ * holds is refused; the new size is the new overrun limit */
+static void test_cq_resize(void **state)
+{
+    struct cfg c = cfg_default;
+    c.cqe = 4;
+    struct ep a, b;
+    pair_open(&a, &b, &c);
+    for (int i = 0; i < 12; i++) assert_int_equal(post_recv(&b, i, RECV_OFF + 16 * i, 16), 0);
+    for (int i = 0; i < 4; i++) assert_int_equal(post_send(&a, i, 0, 16, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(ibv_resize_cq(a.cq, 3), EINVAL); /* holds 4 */
+    assert_int_equal(ibv_resize_cq(a.cq, 0), EINVAL);
+    assert_int_equal(ibv_resize_cq(a.cq, 8), 0);
+    assert_int_equal(a.cq->cqe, 8);
+    for (int i = 4; i < 8; i++) assert_int_equal(post_send(&a, i, 0, 16, IBV_SEND_SIGNALED), 0);
+    struct ibv_wc wc[8];
+    assert_int_equal(poll_n(&a, wc, 8), 8);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+        assert_int_equal(wc[i].wr_id, (uint64_t)i);
+    }
+    assert_int_equal(ibv_resize_cq(a.cq, 2), 0); /* empty: may shrink */
+    for (int i = 8; i < 11; i++) assert_int_equal(post_send(&a, i, 0, 16, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(ibv_poll_cq(a.cq, 8, wc), -1); /* 3 in a CQ of 2 */
+    setenv("VERBS_EMUL_FAIL", "resize_cq", 1);
+    assert_int_equal(ibv_resize_cq(b.cq, 512), ENOMEM);
+    unsetenv("VERBS_EMUL_FAIL");
+    ep_close(&a);
+    ep_close(&b);
+}
+
+/* Many QPs on one CQ in each context: every message comes out of the
+ * shared CQ with its QP's number, in order per QP; an idle poll finds
+ * nothing; a QP destroyed in between leaves the others working. */
+#define SHARED_NQP 48
+static void test_shared_cq(void **state)
+{
+    struct ep a, b;
+    ep_open(&a, &cfg_default);
+    ep_open(&b, &cfg_default);
+    struct ibv_qp *qa[SHARED_NQP], *qb[SHARED_NQP];
+    struct ibv_qp_init_attr ia = {
+        .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1},
+        .qp_type = IBV_QPT_RC, .sq_sig_all = 1};
+    for (int i = 0; i < SHARED_NQP; i++) {
+        ia.send_cq = ia.recv_cq = a.cq;
+        CK(qa[i] = ibv_create_qp(a.pd, &ia));
+        ia.send_cq = ia.recv_cq = b.cq;
+        CK(qb[i] = ibv_create_qp(b.pd, &ia));
+    }
+    for (int i = 0; i < SHARED_NQP; i++) {
+        struct ep ea = a, eb = b;
+        ea.qp = qa[i];
+        eb.qp = qb[i];
+        ep_connect(&ea, b.lid, qb[i]->qp_num);
+        ep_connect(&eb, a.lid, qa[i]->qp_num);
+        for (int k = 0; k < 2; k++) /* two receives each, 16 bytes apart per QP */
+            assert_int_equal(post_recv(&eb, (uint64_t)i << 8 | k, RECV_OFF + 32 * i + 16 * k, 16), 0);
+    }
+    poll_none(&b, 20); /* idle */
+    /* the last QP first, then the others, two messages each */
+    for (int k = 0; k < 2; k++)
+        for (int i = SHARED_NQP - 1; i >= 0; i--) {
+            struct ep ea = a;
+            ea.qp = qa[i];
+            a.buf[16 * i + k] = (uint8_t)(i + k);
+            assert_int_equal(post_send(&ea, (uint64_t)i << 8 | k, 16 * i + k, 1, 0), 0);
+        }
+    struct ibv_wc wc[2 * SHARED_NQP];
+    assert_int_equal(poll_n(&b, wc, 2 * SHARED_NQP), 2 * SHARED_NQP);
+    int next[SHARED_NQP] = {0};
+    for (int n = 0; n < 2 * SHARED_NQP; n++) {
+        assert_int_equal(wc[n].status, IBV_WC_SUCCESS);
+        int i = (int)(wc[n].wr_id >> 8), k = (int)(wc[n].wr_id & 0xff);
+        assert_true(i >= 0 && i < SHARED_NQP);
+        assert_int_equal(wc[n].qp_num, qb[i]->qp_num);
+        assert_int_equal(k, next[i]++); /* in order per QP */
+        assert_int_equal(b.buf[RECV_OFF + 32 * i + 16 * k], (uint8_t)(i + k));
+    }
+    assert_int_equal(poll_n(&a, wc, 2 * SHARED_NQP), 2 * SHARED_NQP); /* the sends */
+    /* destroy one receiving QP: the others still receive through the CQ */
+    assert_int_equal(ibv_destroy_qp(qb[7]), 0);
+    struct ep eb = b, ea = a;
+    eb.qp = qb[8];
+    ea.qp = qa[8];
+    assert_int_equal(post_recv(&eb, 99, RECV_OFF, 16), 0);
+    assert_int_equal(post_send(&ea, 98, 0, 4, 0), 0);
+    struct ibv_wc w = poll1(&b);
+    assert_int_equal(w.status, IBV_WC_SUCCESS);
+    assert_int_equal(w.wr_id, 99);
+    assert_int_equal(w.qp_num, qb[8]->qp_num);
+    for (int i = 0; i < SHARED_NQP; i++) {
+        CK(ibv_destroy_qp(qa[i]) == 0);
+        if (i != 7) CK(ibv_destroy_qp(qb[i]) == 0);
+    }
+    ep_close(&a);
+    ep_close(&b);
+}
+
 static void test_destroy_busy(void **state)
 {
     struct ep a;
@@ -1703,6 +1802,8 @@ int main(void)
         cmocka_unit_test(test_multi_sge),
         cmocka_unit_test(test_global_route),
         cmocka_unit_test(test_cq_overrun),
+        cmocka_unit_test(test_cq_resize),
+        cmocka_unit_test(test_shared_cq),
         cmocka_unit_test(test_destroy_busy),
         cmocka_unit_test(test_device_and_port),
         cmocka_unit_test(test_fault_injection),

@@ -20,11 +20,8 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <time.h>
 
 #include "openib_priv.h"
-
-#define WC_BATCH 16
 
 /* The connection failed on our side (a work completion error, a protocol
  * error in what the peer sent): every request of it ends with an error. */
@@ -54,7 +51,7 @@ int openib_slot_post(openib_con_t *oc, size_t len)
         .lkey   = oc->mr->lkey,
     };
     struct ibv_send_wr wr = {
-        .wr_id      = OPENIB_WR_SEND | slot,
+        .wr_id      = openib_wr_id(oc, OPENIB_WR_SEND | slot),
         .sg_list    = &sge,
         .num_sge    = 1,
         .opcode     = IBV_WR_SEND,
@@ -62,6 +59,7 @@ int openib_slot_post(openib_con_t *oc, size_t len)
     }, *bad;
     int err = ibv_post_send(oc->qp, &wr, &bad);
     if (err) return err;
+    oc->wr_out++;
     oc->send_head = slot + 1 == oc->nsend ? 0 : slot + 1;
     oc->send_busy++;
     oc->credits--;
@@ -129,7 +127,7 @@ static int openib_write(openib_con_t *oc, int may_harvest)
         if (oc->send_busy >= oc->nsend || oc->credits < 2) {
             if (!may_harvest) break;
             may_harvest = 0;
-            openib_con_take(oc);
+            openib_cq_take();
             continue;
         }
         if (!pscom_write_peek(con, 0, &head, &data)) break;
@@ -174,10 +172,11 @@ static void send_tokens(openib_con_t *oc)
  * wrong with it. */
 static const char *pkt_check(openib_con_t *oc, const struct ibv_wc *wc, openib_pkt_hdr_t *hdr)
 {
-    if (wc->wr_id >= oc->nrecv) return "completion of an unknown receive";
+    uint32_t slot = openib_wr_slot_bits(wc->wr_id);
+    if (slot >= oc->nrecv) return "completion of an unknown receive";
     if (wc->byte_len < sizeof(*hdr) || wc->byte_len > OPENIB_SLOT_SIZE)
         return "packet of a bad length";
-    memcpy(hdr, openib_recv_slot(oc, (unsigned)wc->wr_id), sizeof(*hdr));
+    memcpy(hdr, openib_recv_slot(oc, slot), sizeof(*hdr));
     size_t len = wc->byte_len - sizeof(*hdr);
     if (hdr->magic != OPENIB_PKT_MAGIC ||
         (hdr->flags & ~(OPENIB_PKT_WHOLE | OPENIB_PKT_TOKENS)) ||
@@ -205,7 +204,7 @@ static int handle_recv(openib_con_t *oc, const struct ibv_wc *wc, int credited)
         protocol_error(oc, bad);
         return 1;
     }
-    unsigned slot = (unsigned)wc->wr_id;
+    unsigned slot = openib_wr_slot_bits(wc->wr_id);
     size_t len    = wc->byte_len - sizeof(hdr);
     /* After the peer's EOF message (or a protocol error the core found)
      * the core reads nothing more; packets still come with the credits
@@ -235,7 +234,7 @@ static int handle_recv(openib_con_t *oc, const struct ibv_wc *wc, int credited)
 static void handle_error(openib_con_t *oc, const struct ibv_wc *wc)
 {
     if (oc->failed) return; /* the rest of a flush */
-    int is_send = (wc->wr_id & OPENIB_WR_SEND) != 0;
+    int is_send = (openib_wr_slot_bits(wc->wr_id) & OPENIB_WR_SEND) != 0;
     plog_dbg("%s: openib: %s failed: %s", pscom_con_name(oc->con), is_send ? "send" : "receive",
              ibv_wc_status_str(wc->status));
     int writing = is_send && pscom_write_pending(oc->con);
@@ -249,90 +248,75 @@ static int handle_wc(openib_con_t *oc, const struct ibv_wc *wc, int credited)
         handle_error(oc, wc);
         return 1;
     }
-    if (!(wc->wr_id & OPENIB_WR_SEND)) return handle_recv(oc, wc, credited);
-    oc->send_busy--;
-    return 0;
+    return handle_recv(oc, wc, credited); /* successful sends are not stashed */
 }
 
-/* From the write path (inside a core call) and before sleeping: take the
- * completion queue's entries without handing anything to the core. Send
- * completions free their slots, received packets give their credits at
- * once and wait in the stash, in order, for the next progress pass to
- * deliver them. Returns the number of entries taken. */
-int openib_con_take(openib_con_t *oc)
+/* A completion that openib_cq_take() took for oc. A successful send frees
+ * its slot at once; anything else waits in the stash, in order, for the
+ * next progress pass, a received packet with its credits taken already
+ * (the write path that took it may need them now). */
+void openib_con_stash(openib_con_t *oc, const struct ibv_wc *wc)
 {
-    struct ibv_wc wc[WC_BATCH];
-    int taken = 0;
-    while (oc->stash_count < oc->stash_cap) {
-        unsigned room = oc->stash_cap - oc->stash_count;
-        int n         = ibv_poll_cq(oc->cq, room < WC_BATCH ? (int)room : WC_BATCH, wc);
-        if (n < 0) return 1; /* an error: the next progress pass says it */
-        if (n == 0) break;
-        taken += n;
-        for (int i = 0; i < n; i++) {
-            if (wc[i].status == IBV_WC_SUCCESS && (wc[i].wr_id & OPENIB_WR_SEND)) {
-                oc->send_busy--;
-                continue;
-            }
-            openib_stash_t *e = &oc->stash[(oc->stash_head + oc->stash_count++) % oc->stash_cap];
-            openib_pkt_hdr_t hdr;
-            e->wc       = wc[i];
-            e->credited = wc[i].status == IBV_WC_SUCCESS && !pkt_check(oc, &wc[i], &hdr) &&
-                          !credits_take(oc, &hdr);
-        }
+    if (wc->status == IBV_WC_SUCCESS && (openib_wr_slot_bits(wc->wr_id) & OPENIB_WR_SEND)) {
+        oc->send_busy--;
+        return;
     }
-    return taken || oc->stash_count;
+    if (oc->stash_count == oc->stash_cap) { /* cannot happen: one per posted receive */
+        oc->overflow = 1;
+        return;
+    }
+    openib_stash_t *e = &oc->stash[(oc->stash_head + oc->stash_count++) % oc->stash_cap];
+    openib_pkt_hdr_t hdr;
+    e->wc       = *wc;
+    e->credited = wc->status == IBV_WC_SUCCESS && !pkt_check(oc, wc, &hdr) &&
+                  !credits_take(oc, &hdr);
 }
 
-/* Deliver what the stash holds, then take what the completion queue
- * holds. Returns 1 if anything was done, and then the connection may have
- * been closed meanwhile. */
+/* Hand what the stash holds to the core, in order, then send what waits
+ * and the credits owed. Returns 1 if anything was done, and then the
+ * connection may have been closed meanwhile. */
 int openib_con_progress(openib_con_t *oc)
 {
-    struct ibv_wc wc[WC_BATCH];
-    int progress = 0, n = 0;
+    int progress = 0;
     if (oc->closed || oc->failed) return 0;
-    for (;;) {
-        if (oc->stash_count) { /* older than anything still in the queue */
-            openib_stash_t e = oc->stash[oc->stash_head];
-            oc->stash_head   = (oc->stash_head + 1) % oc->stash_cap;
-            oc->stash_count--;
-            progress = 1;
-            if (handle_wc(oc, &e.wc, e.credited)) return 1;
-            continue;
-        }
-        n = ibv_poll_cq(oc->cq, WC_BATCH, wc);
-        if (n < 0) {
-            plog_err("%s: openib: ibv_poll_cq failed", pscom_con_name(oc->con));
-            con_fail(oc, PSCOM_OP_READ, EIO);
-            return 1;
-        }
-        for (int i = 0; i < n; i++) {
-            progress = 1;
-            if (handle_wc(oc, &wc[i], 0)) return 1;
-        }
-        /* a write from inside a delivery may have stashed newer entries */
-        if (n < WC_BATCH && !oc->stash_count) break;
+    if (oc->overflow || openib_dev.cq_broken) {
+        plog_err("%s: openib: %s", pscom_con_name(oc->con),
+                 oc->overflow ? "more completions than work requests" : "completion queue failed");
+        con_fail(oc, PSCOM_OP_READ, EIO);
+        return 1;
     }
-    if (progress && pscom_write_pending(oc->con)) openib_write(oc, 0);
+    while (oc->stash_count) {
+        openib_stash_t e = oc->stash[oc->stash_head];
+        oc->stash_head   = (oc->stash_head + 1) % oc->stash_cap;
+        oc->stash_count--;
+        progress = 1;
+        if (handle_wc(oc, &e.wc, e.credited)) return 1;
+    }
+    if (pscom_write_pending(oc->con) && openib_write(oc, 0)) progress = 1;
     if (!oc->closed) send_tokens(oc);
     return progress;
 }
 
-/* The poller of all connections. A connection that did something ends the
- * pass (a waiter may be done; completions may have closed others) and
- * goes to the end of the list, so that busy ones cannot starve the rest. */
+/* The poller of all connections: take what the completion queue holds,
+ * then work through the connections it concerned. One that did something
+ * ends the pass (a waiter may be done; it may have closed others); the
+ * rest stay ready for the next pass, in order. */
 int openib_poll(pscom_poller_t *poller)
 {
-    pscom_list_t *pos;
-    pscom_list_for_each(pos, &openib_dev.cons) {
-        openib_con_t *oc = pscom_list_entry(pos, openib_con_t, next);
-        if (!openib_con_progress(oc)) continue;
-        if (pscom_list_linked(&oc->next)) {
-            pscom_list_del(&oc->next);
-            pscom_list_add_tail(&oc->next, &openib_dev.cons);
+    openib_cq_take();
+    if (openib_dev.cq_broken) { /* every connection fails, once */
+        pscom_list_t *pos, *tmp;
+        int progress = 0;
+        pscom_list_for_each_safe(pos, tmp, &openib_dev.cons) {
+            openib_con_t *oc = pscom_list_entry(pos, openib_con_t, next);
+            progress |= openib_con_progress(oc);
         }
-        return 1;
+        return progress;
+    }
+    while (!pscom_list_empty(&openib_dev.ready)) {
+        openib_con_t *oc = pscom_list_entry(openib_dev.ready.next, openib_con_t, ready_next);
+        pscom_list_del(&oc->ready_next);
+        if (openib_con_progress(oc)) return 1;
     }
     return 0;
 }
@@ -342,34 +326,25 @@ int openib_poll(pscom_poller_t *poller)
 int openib_busy(pscom_poller_t *poller)
 {
     pscom_list_t *pos;
+    if (!pscom_list_empty(&openib_dev.ready)) return 1;
     pscom_list_for_each(pos, &openib_dev.cons) {
         openib_con_t *oc = pscom_list_entry(pos, openib_con_t, next);
-        if (oc->send_busy || oc->stash_count || pscom_write_pending(oc->con)) return 1;
+        if (oc->send_busy || pscom_write_pending(oc->con)) return 1;
     }
     return 0;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* At a graceful close: wait until our last packets (the EOF message among
  * them) reached the peer, for a second at most, before the queue pair is
- * destroyed. Received packets are dropped: the stream has ended. */
+ * taken down. What else comes is taken, and dropped with the connection:
+ * the stream has ended. */
 void openib_drain_sends(openib_con_t *oc)
 {
-    uint64_t t0 = now_ms();
-    while (oc->send_busy && now_ms() - t0 < 1000) {
-        struct ibv_wc wc[WC_BATCH];
-        int n = ibv_poll_cq(oc->cq, WC_BATCH, wc);
-        if (n < 0) return;
-        for (int i = 0; i < n; i++) {
-            if (!(wc[i].wr_id & OPENIB_WR_SEND)) continue;
-            if (wc[i].status != IBV_WC_SUCCESS) return;
-            oc->send_busy--;
-        }
+    uint64_t t0 = openib_now_ms();
+    while (oc->send_busy && !openib_dev.cq_broken && openib_now_ms() - t0 < 1000) {
+        openib_cq_take();
+        for (unsigned i = 0; i < oc->stash_count; i++) /* a send failed: the peer is gone */
+            if (oc->stash[(oc->stash_head + i) % oc->stash_cap].wc.status != IBV_WC_SUCCESS)
+                return;
     }
 }

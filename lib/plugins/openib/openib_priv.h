@@ -8,6 +8,7 @@
 
 #include <infiniband/verbs.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "pscom_plugin.h"
 
@@ -19,7 +20,7 @@ typedef struct openib_cfg {
     unsigned path_mtu;       /* 1=256, 2=512, 3=1024 */
     unsigned recvq_size;     /* receive slots per connection = the peer's credits */
     unsigned sendq_size;     /* send slots per connection */
-    unsigned compq_size;     /* accepted for compatibility; see README */
+    unsigned compq_size;     /* first size of the completion queue (it grows) */
     unsigned pending_tokens; /* credits owed before they go back alone */
     int lid_offset;          /* added to the port's LID in the handshake */
     unsigned rendezvous;     /* pscom-level rendezvous threshold */
@@ -55,6 +56,8 @@ _Static_assert(sizeof(openib_pkt_hdr_t) == 8, "openib packet header");
 
 /* ---- the device (one per process) --------------------------------------- */
 
+typedef struct openib_con openib_con_t;
+
 typedef struct openib_dev {
     struct ibv_context *ctx;
     struct ibv_pd *pd;
@@ -62,12 +65,26 @@ typedef struct openib_dev {
     uint16_t lid;             /* with PSP_OPENIB_LID_OFFSET */
     enum ibv_mtu mtu;         /* path MTU we use */
     char name[64];
+    int max_cqe;              /* the device's */
     pscom_poller_t poller;    /* one for all connections */
-    struct ibv_comp_channel *chan; /* every completion queue's; NULL: none */
+    struct ibv_comp_channel *chan; /* the completion queue's; NULL: none */
     pscom_ufd_t chan_ufd;     /* its fd, in the epoll set while we sleep */
     int armed;                /* asleep on the channel (openib_wait.c) */
     pscom_list_t cons;        /* started connections (openib_con_t.next) */
+    pscom_list_t ready;       /* started connections with completions taken
+                                 (openib_con_t.ready_next) */
     unsigned ncons;
+
+    /* the completion queue of every connection (openib_cq.c) */
+    struct ibv_cq *cq;
+    unsigned cq_size;         /* its entries */
+    unsigned cq_need;         /* entries the registered connections may fill */
+    unsigned cq_stale;        /* entries of connections gone before their flush */
+    int cq_broken;            /* ibv_poll_cq failed: every connection fails */
+    openib_con_t **tab;       /* registered connections, by index (NULL: free) */
+    uint16_t *gen;            /* each index's generation */
+    unsigned *free_idx;       /* free indices below tab_used */
+    unsigned tab_cap, tab_used, nfree;
 } openib_dev_t;
 
 extern openib_dev_t openib_dev;
@@ -80,9 +97,10 @@ typedef struct openib_stash {
     int credited; /* its credits are taken already */
 } openib_stash_t;
 
-typedef struct openib_con {
+struct openib_con {
     pscom_con_t *con;
-    struct ibv_cq *cq;        /* send and receive completions of this QP */
+    uint32_t id;              /* index and generation in openib_dev.tab; 0: none */
+    unsigned wr_out;          /* work requests posted and not yet completed */
     struct ibv_qp *qp;
     struct ibv_mr *mr;        /* over buf */
     char *buf;                /* recvq_size receive slots, then sendq_size send slots */
@@ -98,18 +116,21 @@ typedef struct openib_con {
     int in_write;             /* re-entrancy guard of openib_write */
 
     /* receiving */
-    openib_stash_t *stash;    /* ring of stash_cap: completions the write path took */
+    openib_stash_t *stash;    /* ring of stash_cap: completions taken, not yet handled */
     unsigned stash_head, stash_count, stash_cap;
     unsigned owed;            /* receive slots freed, not yet told to the peer */
     unsigned owed_data;       /* ... of them freed by packets with data */
 
     pscom_ufd_t ufd;          /* the handshake socket: the peer's death */
     pscom_list_t next;        /* in openib_dev.cons */
+    pscom_list_t ready_next;  /* in openib_dev.ready (or alone) */
     unsigned started : 1;
+    unsigned draining : 1;    /* closing: completions are only counted */
+    unsigned overflow : 1;    /* more completions than work requests (a bug) */
     unsigned closed : 1;
     unsigned failed : 1;      /* an error was reported */
     unsigned read_stopped : 1; /* the core reads no more (the peer's EOF came) */
-} openib_con_t;
+};
 
 static inline openib_con_t *openib_con(pscom_con_t *con)
 {
@@ -126,12 +147,45 @@ static inline char *openib_send_slot(openib_con_t *oc, unsigned i)
     return oc->buf + (size_t)(oc->nrecv + i) * OPENIB_SLOT_SIZE;
 }
 
-/* wr_id of a work request: the slot and its direction */
+/* wr_id of a work request: the connection's id in the upper 32 bits, the
+ * slot and its direction in the lower */
 #define OPENIB_WR_SEND 0x80000000u
+
+static inline uint64_t openib_wr_id(const openib_con_t *oc, uint32_t slot_bits)
+{
+    return (uint64_t)oc->id << 32 | slot_bits;
+}
+
+static inline uint32_t openib_wr_slot_bits(uint64_t wr_id)
+{
+    return (uint32_t)wr_id;
+}
+
+static inline uint64_t openib_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 /* openib_dev.c */
 int openib_dev_open(void);
 void openib_dev_close(void);
+
+/* openib_cq.c: the one completion queue, and the connections by id */
+int openib_cq_open(void);
+void openib_cq_close(void);
+/* an id for oc, and room in the queue for its work requests: 0 or -1 */
+int openib_con_register(openib_con_t *oc);
+/* after openib_con_quiesce (or before any work request) */
+void openib_con_unregister(openib_con_t *oc);
+/* take the QP to the error state and count its flushed completions */
+void openib_con_quiesce(openib_con_t *oc);
+/* poll the queue empty: each completion to its connection's stash (credits
+ * taken, send slots freed), the connection marked ready. Never calls the
+ * core. Returns the number taken. */
+int openib_cq_take(void);
+void openib_ready_add(openib_con_t *oc);
 
 /* openib_qp.c: the connection's verbs resources */
 int openib_con_resources(openib_con_t *oc, pscom_con_t *con);
@@ -145,7 +199,8 @@ int openib_con_progress(openib_con_t *oc);
 int openib_poll(pscom_poller_t *poller);
 int openib_busy(pscom_poller_t *poller);
 void openib_drain_sends(openib_con_t *oc);
-int openib_con_take(openib_con_t *oc);
+/* a taken completion of oc into its stash (openib_cq_take) */
+void openib_con_stash(openib_con_t *oc, const struct ibv_wc *wc);
 /* post the next send slot's first len bytes (the packet as it is there) */
 int openib_slot_post(openib_con_t *oc, size_t len);
 

@@ -1,7 +1,7 @@
 /*
  * openib_qp.c - a connection's verbs resources: its slots in one
- * registered buffer, a completion queue for its send and receive
- * completions, and a reliable-connected queue pair taken through
+ * registered buffer, its id and room in the process's completion queue
+ * (openib_cq.c), and a reliable-connected queue pair taken through
  * INIT -> RTR -> RTS with what the peer sent in the handshake.
  */
 #define _GNU_SOURCE
@@ -19,8 +19,11 @@ int openib_post_recv(openib_con_t *oc, unsigned slot)
         .length = OPENIB_SLOT_SIZE,
         .lkey   = oc->mr->lkey,
     };
-    struct ibv_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1}, *bad;
-    return ibv_post_recv(oc->qp, &wr, &bad);
+    struct ibv_recv_wr wr = {.wr_id = openib_wr_id(oc, slot), .sg_list = &sge, .num_sge = 1},
+                       *bad;
+    int err = ibv_post_recv(oc->qp, &wr, &bad);
+    if (!err) oc->wr_out++;
+    return err;
 }
 
 static int qp_init(openib_con_t *oc)
@@ -44,7 +47,7 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
     oc->nsend = openib_cfg.sendq_size;
     size_t len = (size_t)(oc->nrecv + oc->nsend) * OPENIB_SLOT_SIZE;
     what = "buffer";
-    /* every completion the queue can hold, and one */
+    /* every completion the connection can have outstanding, and one */
     oc->stash_cap = oc->nrecv + oc->nsend + 1;
     oc->stash     = calloc(oc->stash_cap, sizeof(*oc->stash));
     if (!oc->stash || posix_memalign((void **)&oc->buf, 4096, len)) goto err;
@@ -52,12 +55,14 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
     what   = "memory registration";
     oc->mr = ibv_reg_mr(openib_dev.pd, oc->buf, len, IBV_ACCESS_LOCAL_WRITE);
     if (!oc->mr) goto err;
-    what   = "completion queue";
-    oc->cq = ibv_create_cq(openib_dev.ctx, (int)(oc->nrecv + oc->nsend), oc, openib_dev.chan, 0);
-    if (!oc->cq) goto err;
+    what = "room in the completion queue";
+    if (openib_con_register(oc) < 0) {
+        err = ENOSPC;
+        goto err;
+    }
     struct ibv_qp_init_attr qa = {
-        .send_cq = oc->cq,
-        .recv_cq = oc->cq,
+        .send_cq = openib_dev.cq,
+        .recv_cq = openib_dev.cq,
         .cap     = {.max_send_wr = oc->nsend, .max_recv_wr = oc->nrecv,
                     .max_send_sge = 1, .max_recv_sge = 1},
         .qp_type = IBV_QPT_RC,
@@ -86,15 +91,15 @@ err:
 
 void openib_con_resources_free(openib_con_t *oc)
 {
+    openib_con_quiesce(oc); /* none of its completions left in the queue */
+    openib_con_unregister(oc);
     if (oc->qp) ibv_destroy_qp(oc->qp);
-    openib_events_drain(); /* ibv_destroy_cq waits for unacknowledged events */
-    if (oc->cq) ibv_destroy_cq(oc->cq);
     if (oc->mr) ibv_dereg_mr(oc->mr);
     free(oc->buf);
     free(oc->stash);
     oc->stash = NULL;
+    oc->stash_count = oc->stash_head = 0;
     oc->qp  = NULL;
-    oc->cq  = NULL;
     oc->mr  = NULL;
     oc->buf = NULL;
 }

@@ -2,21 +2,20 @@
  * openib_wait.c - a blocking wait sleeps on the device's completion
  * channel instead of napping 1 ms at a time.
  *
- * Every connection's completion queue is bound to the one channel of the
- * process. When the core's blocking wait is about to sleep
- * (pscom_poller_t.sleep), every queue is armed (ibv_req_notify_cq), then
- * each is emptied once more into its stash: a completion that came before
- * its queue was armed raises no event, so anything found there means "do
- * not sleep". Otherwise the channel's fd goes into the core's epoll set and
- * the poller leaves the passes. The next completion on any queue makes the
- * fd readable: the events are read and acknowledged, the fd leaves the set
+ * The process's one completion queue is bound to the one channel. When the
+ * core's blocking wait is about to sleep (pscom_poller_t.sleep), the queue
+ * is armed (ibv_req_notify_cq), then emptied once more into the stashes:
+ * a completion that came before the arming raises no event, so anything
+ * found there (or still waiting for the poller) means "do not sleep".
+ * Otherwise the channel's fd goes into the core's epoll set and the poller
+ * leaves the passes. The next completion makes the fd readable: the events are read and acknowledged, the fd leaves the set
  * and the poller comes back. Whatever puts work on a queue while we sleep
  * (a new connection, a send from another thread) brings the poller back
  * first (openib_wake).
  *
- * Events are acknowledged as soon as they are read, so a queue never has
+ * Events are acknowledged as soon as they are read, so the queue never has
  * unacknowledged events when it is destroyed (ibv_destroy_cq waits for
- * them); a close drains the channel before it destroys its queue.
+ * them); the channel is drained before.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -57,17 +56,10 @@ static void chan_handler(pscom_ufd_t *ufd, uint32_t revents)
 /* pscom_poller_t.sleep: 1 if the wait may sleep on the channel's fd. */
 static int openib_sleep(pscom_poller_t *poller)
 {
-    pscom_list_t *pos;
-    if (!openib_dev.chan) return 0;
-    pscom_list_for_each(pos, &openib_dev.cons) {
-        openib_con_t *oc = pscom_list_entry(pos, openib_con_t, next);
-        if (ibv_req_notify_cq(oc->cq, 0)) return 0;
-    }
+    if (!openib_dev.chan || !pscom_list_empty(&openib_dev.ready)) return 0;
+    if (ibv_req_notify_cq(openib_dev.cq, 0)) return 0;
     /* what came before the arming raises no event: look once more */
-    pscom_list_for_each(pos, &openib_dev.cons) {
-        openib_con_t *oc = pscom_list_entry(pos, openib_con_t, next);
-        if (openib_con_take(oc)) return 0;
-    }
+    if (openib_cq_take() || !pscom_list_empty(&openib_dev.ready)) return 0;
     if (pscom_ufd_add(&openib_dev.chan_ufd) < 0) return 0;
     openib_dev.armed = 1;
     return 1;

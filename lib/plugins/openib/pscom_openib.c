@@ -45,8 +45,9 @@ static const pscom_env_entry_t openib_env[] = {
      &openib_cfg.recvq_size, PSCOM_ENV_UINT, 0},
     {"GLOBAL_SENDQ", "0", "one send ring for all connections (not supported: per connection)",
      &openib_cfg.global_sendq, PSCOM_ENV_INT, 0},
-    {"COMPQ_SIZE", "128", "completion queue size (each connection has its own, "
-     "RECVQ_SIZE + SENDQ_SIZE entries)", &openib_cfg.compq_size, PSCOM_ENV_UINT, 0},
+    {"COMPQ_SIZE", "128", "first size of the completion queue that all connections share "
+     "(it grows by RECVQ_SIZE + SENDQ_SIZE entries per connection)", &openib_cfg.compq_size,
+     PSCOM_ENV_UINT, 0},
     {"SENDQ_SIZE", "16", "send slots of 16 KiB per connection (at most RECVQ_SIZE)",
      &openib_cfg.sendq_size, PSCOM_ENV_UINT, 0},
     {"EVENT_CNT", "1", "accepted for compatibility (busy is always reported while packets "
@@ -95,11 +96,17 @@ static int openib_init(void)
     pscom_env_table_register_and_parse(&openib_env_table);
     cfg_check();
     if (openib_dev_open() < 0) return -1;
-    return openib_wait_init();
+    if (openib_wait_init() < 0 || openib_cq_open() < 0) {
+        openib_wait_fini();
+        openib_dev_close();
+        return -1;
+    }
+    return 0;
 }
 
 static void openib_fini(void)
 {
+    openib_cq_close();
     openib_wait_fini();
     openib_dev_close();
 }
@@ -233,7 +240,9 @@ static void openib_fd_handler(pscom_ufd_t *ufd, uint32_t revents)
     int err = r < 0 ? errno : r > 0 ? EPROTO : 0;
 
     /* a peer that closed properly had its last packets arrive first */
-    while (!oc->closed && !oc->failed && openib_con_progress(oc)) {
+    while (!oc->closed && !oc->failed) {
+        openib_cq_take();
+        if (!openib_con_progress(oc)) break;
     }
     if (oc->closed || oc->failed) return;
     plog_dbg("%s: openib: peer %s", pscom_con_name(oc->con),
@@ -258,7 +267,8 @@ static int openib_con_start(pscom_con_t *con, int *fd)
     }
     oc->started = 1;
     pscom_list_add_tail(&oc->next, &openib_dev.cons);
-    openib_wake(); /* its queue is not armed: a sleeping wait would miss it */
+    if (oc->stash_count) openib_ready_add(oc); /* taken before the start */
+    openib_wake(); /* a sleeping wait would not look at it */
     if (openib_dev.ncons++ == 0) pscom_poller_add(&openib_dev.poller);
     pscom_con_set_rendezvous_size(con, openib_cfg.rendezvous >= PSCOM_ENV_UINT_INF
                                            ? SIZE_MAX
