@@ -46,6 +46,7 @@ typedef struct fb_case {
     const char *log_line;  /* every process must have logged this, or NULL */
     pscom_con_type_t want;
     int real;              /* the real module (next to libpscom), not the emulation's */
+    int fail_later;        /* the *_fail calls fail only once openib is set up */
 } fb_case_t;
 
 static const fb_case_t *cur;
@@ -66,8 +67,9 @@ static void expect_log(void)
 static int fb_role(tu_ctx_t *ctx, int server)
 {
     const char *fail = server ? cur->server_fail : cur->client_fail;
-    if (fail) setenv("VERBS_EMUL_FAIL", fail, 1);
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    if (fail && !cur->fail_later) setenv("VERBS_EMUL_FAIL", fail, 1);
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0); /* openib's init */
+    if (fail && cur->fail_later) setenv("VERBS_EMUL_FAIL", fail, 1);
     pscom_connection_t *con = server ? tu_server_accept_one(ctx, sock) : tu_client_connect(ctx, sock);
     expect_type(con);
     if (server) {
@@ -102,12 +104,17 @@ static const fb_case_t cases[] = {
     {"accept_rtr", NULL, NULL, "modify_qp_rtr", NULL, NULL, TCP},
     {"connect_rtr", NULL, NULL, NULL, "modify_qp_rtr", NULL, TCP},
     {"accept_rts", NULL, NULL, "modify_qp_rts", NULL, NULL, TCP},
-    /* the completion queue: grows from one entry; cannot grow on either
-     * side; cannot be made at all */
-    {"cq_grows", "PSP_OPENIB_COMPQ_SIZE", "1", NULL, NULL, NULL, PSCOM_CON_TYPE_OPENIB},
-    {"accept_cq_full", "PSP_OPENIB_COMPQ_SIZE", "1", "resize_cq", NULL, NULL, TCP},
-    {"offer_cq_full", "PSP_OPENIB_COMPQ_SIZE", "1", NULL, "resize_cq", NULL, TCP},
-    {"no_cq", NULL, NULL, "create_cq", "create_cq", "openib: emul0: cannot create a completion queue", TCP},
+    /* the completion queues: the first grows from one entry; where it
+     * cannot, a second is made; where neither works, tcp; none at all */
+#define OPENIB PSCOM_CON_TYPE_OPENIB
+    {"cq_grows", "PSP_OPENIB_COMPQ_SIZE", "1", NULL, NULL, NULL, OPENIB},
+    {"cq_second", "PSP_OPENIB_COMPQ_SIZE", "1", "resize_cq", "resize_cq", NULL, OPENIB, 0, 1},
+    {"accept_cq_full", "PSP_OPENIB_COMPQ_SIZE", "1", "resize_cq,create_cq", NULL, NULL, TCP, 0,
+     1},
+    {"offer_cq_full", "PSP_OPENIB_COMPQ_SIZE", "1", NULL, "resize_cq,create_cq", NULL, TCP, 0,
+     1},
+    {"no_cq", NULL, NULL, "create_cq", "create_cq",
+     "openib: emul0: cannot create a completion queue", TCP},
 };
 
 /* ---- broken packets ---------------------------------------------------------- */

@@ -58,6 +58,15 @@ _Static_assert(sizeof(openib_pkt_hdr_t) == 8, "openib packet header");
 
 typedef struct openib_con openib_con_t;
 
+/* A completion queue shared by connections (openib_cq.c). */
+typedef struct openib_cq {
+    struct ibv_cq *cq;
+    unsigned size;            /* its entries */
+    unsigned need;            /* entries its registered connections may fill */
+    unsigned stale;           /* entries of connections gone before their flush */
+    int fixed;                /* ibv_resize_cq failed: it keeps its size */
+} openib_cq_t;
+
 typedef struct openib_dev {
     struct ibv_context *ctx;
     struct ibv_pd *pd;
@@ -75,11 +84,9 @@ typedef struct openib_dev {
                                  (openib_con_t.ready_next) */
     unsigned ncons;
 
-    /* the completion queue of every connection (openib_cq.c) */
-    struct ibv_cq *cq;
-    unsigned cq_size;         /* its entries */
-    unsigned cq_need;         /* entries the registered connections may fill */
-    unsigned cq_stale;        /* entries of connections gone before their flush */
+    /* the completion queues (openib_cq.c): one, unless it cannot grow */
+    struct openib_cq *cqs;
+    unsigned ncq, cq_cap;
     int cq_broken;            /* ibv_poll_cq failed: every connection fails */
     openib_con_t **tab;       /* registered connections, by index (NULL: free) */
     uint16_t *gen;            /* each index's generation */
@@ -100,6 +107,7 @@ typedef struct openib_stash {
 struct openib_con {
     pscom_con_t *con;
     uint32_t id;              /* index and generation in openib_dev.tab; 0: none */
+    unsigned cqi;             /* its completion queue: openib_dev.cqs[cqi] */
     unsigned wr_out;          /* work requests posted and not yet completed */
     struct ibv_qp *qp;
     struct ibv_mr *mr;        /* over buf */
@@ -175,8 +183,14 @@ void openib_dev_close(void);
 /* openib_cq.c: the one completion queue, and the connections by id */
 int openib_cq_open(void);
 void openib_cq_close(void);
-/* an id for oc, and room in the queue for its work requests: 0 or -1 */
+/* an id for oc, and room in a queue for its work requests: 0 or -1 */
 int openib_con_register(openib_con_t *oc);
+static inline struct ibv_cq *openib_con_cq(const openib_con_t *oc)
+{
+    return openib_dev.cqs[oc->cqi].cq;
+}
+/* arm every queue: 0, or -1 */
+int openib_cq_arm(void);
 /* after openib_con_quiesce (or before any work request) */
 void openib_con_unregister(openib_con_t *oc);
 /* take the QP to the error state and count its flushed completions */

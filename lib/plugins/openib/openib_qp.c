@@ -61,8 +61,8 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
         goto err;
     }
     struct ibv_qp_init_attr qa = {
-        .send_cq = openib_dev.cq,
-        .recv_cq = openib_dev.cq,
+        .send_cq = openib_con_cq(oc),
+        .recv_cq = openib_con_cq(oc),
         .cap     = {.max_send_wr = oc->nsend, .max_recv_wr = oc->nrecv,
                     .max_send_sge = 1, .max_recv_sge = 1},
         .qp_type = IBV_QPT_RC,

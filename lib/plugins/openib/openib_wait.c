@@ -2,9 +2,9 @@
  * openib_wait.c - a blocking wait sleeps on the device's completion
  * channel instead of napping 1 ms at a time.
  *
- * The process's one completion queue is bound to the one channel. When the
- * core's blocking wait is about to sleep (pscom_poller_t.sleep), the queue
- * is armed (ibv_req_notify_cq), then emptied once more into the stashes:
+ * The process's completion queue (or queues) is bound to the one channel.
+ * When the core's blocking wait is about to sleep (pscom_poller_t.sleep),
+ * it is armed (ibv_req_notify_cq), then emptied once more into the stashes:
  * a completion that came before the arming raises no event, so anything
  * found there (or still waiting for the poller) means "do not sleep".
  * Otherwise the channel's fd goes into the core's epoll set and the poller
@@ -57,7 +57,7 @@ static void chan_handler(pscom_ufd_t *ufd, uint32_t revents)
 static int openib_sleep(pscom_poller_t *poller)
 {
     if (!openib_dev.chan || !pscom_list_empty(&openib_dev.ready)) return 0;
-    if (ibv_req_notify_cq(openib_dev.cq, 0)) return 0;
+    if (openib_cq_arm() < 0) return 0;
     /* what came before the arming raises no event: look once more */
     if (openib_cq_take() || !pscom_list_empty(&openib_dev.ready)) return 0;
     if (pscom_ufd_add(&openib_dev.chan_ufd) < 0) return 0;
