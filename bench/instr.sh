@@ -25,7 +25,10 @@
 # physical core (SMT siblings: the host's "0.08 us state" of
 # bench/README.md), where every instruction of either side costs time.
 #
-# Usage: bench/instr.sh [TRANSPORT]   TRANSPORT: ucp-shm (default), ucp-tcp, shm, tcp
+# Usage: bench/instr.sh [TRANSPORT]   TRANSPORT: ucp-shm (default), ucp-tcp, shm, tcp,
+#                                     openib-emul (openib over the software HCA of
+#                                     test/verbs_emul, which is linked into the module:
+#                                     read the openib_* and vemul_* functions apart)
 #
 # Environment:
 #   CRIT=1         the critical path only (see above)
@@ -63,7 +66,8 @@ ucp-shm) TENV=(PSP_SHM=0 PSP_TCP=0 UCX_TLS=posix,cma,self) ;;
 ucp-tcp) TENV=(PSP_SHM=0 PSP_TCP=0 UCX_TLS=tcp UCX_NET_DEVICES=lo) ;;
 shm) TENV=(PSP_UCP=0) ;;
 tcp) TENV=(PSP_UCP=0 PSP_SHM=0) ;;
-*) die "unknown transport '$TRANSPORT' (ucp-shm, ucp-tcp, shm, tcp)" ;;
+openib-emul) TENV=(PSP_UCP=0 PSP_SHM=0 PSP_TCP=0 PSP_OPENIB=1) ;;
+*) die "unknown transport '$TRANSPORT' (ucp-shm, ucp-tcp, shm, tcp, openib-emul)" ;;
 esac
 [[ $CRIT == 0 || $TRANSPORT == ucp-* ]] || die "CRIT=1 needs a ucp transport (ucp-shm, ucp-tcp)"
 [[ $SERVER == 0 || $TRANSPORT == ucp-* ]] || die "SERVER=1 needs a ucp transport (ucp-shm, ucp-tcp)"
@@ -82,10 +86,19 @@ if [[ $CRIT == 1 ]]; then
     CFLAGS_="-g -gdwarf-4 -DPSCOM_UCP_CRIT_COUNT"
     [[ -f /usr/include/valgrind/callgrind.h ]] || die "valgrind/callgrind.h not found (Debian: valgrind)"
 fi
+TESTS=OFF
+if [[ $TRANSPORT == openib-emul ]]; then # the emulation's module is a test target
+    BUILD_DIR=${BUILD_DIR:-$REPO/build-instr-openib}
+    TESTS=ON
+fi
 BUILD_DIR=${BUILD_DIR:-$REPO/build-instr}
-bench_configure "$BUILD_DIR" -DCMAKE_C_FLAGS="$CFLAGS_" -DPSCOM_BUILD_TESTS=OFF
+bench_configure "$BUILD_DIR" -DCMAKE_C_FLAGS="$CFLAGS_" -DPSCOM_BUILD_TESTS=$TESTS
 bench_build "$BUILD_DIR" pscom
 [[ $TRANSPORT == ucp-* ]] && bench_build "$BUILD_DIR" pscom4ucp
+if [[ $TRANSPORT == openib-emul ]]; then
+    bench_build "$BUILD_DIR" pscom4openib_emul
+    TENV+=(PSP_PLUGINDIR="$BUILD_DIR/test/openib_emul")
+fi
 LIBDIR=$BUILD_DIR/lib
 build_pscom_tool "$SCRIPT_DIR/instr_pp.c" -g
 PRELOAD=

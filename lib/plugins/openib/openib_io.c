@@ -67,21 +67,29 @@ int openib_slot_post(openib_con_t *oc, size_t len)
 }
 
 /* Post the next send slot, holding len payload bytes: the owed tokens go
- * with it. 0, or -1 (the connection failed). */
-static int pkt_post(openib_con_t *oc, unsigned flags, size_t len)
+ * with it. 0, or the error of ibv_post_send() (nothing sent). */
+static int pkt_send(openib_con_t *oc, unsigned flags, size_t len)
 {
     openib_pkt_hdr_t *hdr = (openib_pkt_hdr_t *)openib_send_slot(oc, oc->send_head);
     hdr->magic            = OPENIB_PKT_MAGIC;
     hdr->flags            = (uint16_t)flags;
     hdr->tokens           = oc->owed;
     int err               = openib_slot_post(oc, sizeof(*hdr) + len);
+    if (err) return err;
+    oc->owed      = 0;
+    oc->owed_data = 0;
+    return 0;
+}
+
+/* pkt_send(), and the connection fails if it cannot: 0, or -1. */
+static int pkt_post(openib_con_t *oc, unsigned flags, size_t len)
+{
+    int err = pkt_send(oc, flags, len);
     if (err) {
         plog_err("%s: openib: ibv_post_send: %s", pscom_con_name(oc->con), strerror(err));
         con_fail(oc, PSCOM_OP_WRITE, err);
         return -1;
     }
-    oc->owed      = 0;
-    oc->owed_data = 0;
     return 0;
 }
 
@@ -153,6 +161,23 @@ void openib_write_start(pscom_con_t *con)
     if (!oc->started) return;
     openib_wake(); /* a send from another thread while a wait sleeps */
     openib_write(oc, 1);
+}
+
+/* The core's send queue is empty: a message that fits one packet goes
+ * whole into the next send slot right away, if a slot and a credit (not
+ * the last) are free. Anything else, and a failed post, takes the queue
+ * and openib_write_start() (which reports the failure). */
+int openib_write_now(pscom_con_t *con, void *priv, const void *head, size_t hlen,
+                     const void *data, size_t dlen)
+{
+    openib_con_t *oc = priv;
+    if (!oc->started || oc->closed || oc->failed || oc->in_write ||
+        hlen + dlen > OPENIB_PAYLOAD_MAX || oc->send_busy >= oc->nsend || oc->credits < 2)
+        return 0;
+    char *payload = openib_send_slot(oc, oc->send_head) + sizeof(openib_pkt_hdr_t);
+    memcpy(payload, head, hlen);
+    if (dlen) memcpy(payload + hlen, data, dlen);
+    return pkt_send(oc, OPENIB_PKT_WHOLE, hlen + dlen) == 0;
 }
 
 /* Credits alone, when enough slots freed by data are owed and no data

@@ -209,6 +209,8 @@ int openib_post_recv(openib_con_t *oc, unsigned slot);
 
 /* openib_io.c: the data path */
 void openib_write_start(pscom_con_t *con);
+int openib_write_now(pscom_con_t *con, void *priv, const void *head, size_t hlen,
+                     const void *data, size_t dlen);
 int openib_con_progress(openib_con_t *oc);
 int openib_poll(pscom_poller_t *poller);
 int openib_busy(pscom_poller_t *poller);

@@ -305,6 +305,7 @@ static const pscom_plugin_ops_t openib_ops = {
     .con_start   = openib_con_start,
     .con_abort   = openib_con_abort,
     .write_start = openib_write_start,
+    .write_now   = openib_write_now,
     .close       = openib_close,
 };
 
