@@ -35,7 +35,16 @@
 
 #define VEMUL_MAGIC 0x56454d55u /* "VEMU" */
 #define VEMUL_VERSION 1
-enum { VEMUL_OP_SEND = 1, VEMUL_OP_SEND_IMM = 2 };
+/* READ_REQ: an RDMA read request (struct vemul_read_req after the header);
+ * READ_RESP: its data, in fragments (imm: 0, or 1 = remote access error,
+ * then without data) */
+enum { VEMUL_OP_SEND = 1, VEMUL_OP_SEND_IMM = 2, VEMUL_OP_READ_REQ = 3, VEMUL_OP_READ_RESP = 4 };
+
+struct vemul_read_req {
+    uint64_t raddr;
+    uint32_t rkey;
+    uint32_t len;
+};
 
 /* One datagram: this header, then frag bytes of the message at frag_off. */
 struct vemul_hdr {
@@ -101,23 +110,31 @@ struct vemul_cq {
 };
 
 /* send queue entry */
-struct vemul_swqe {
-    uint64_t wr_id;
-    uint8_t *data; /* copy made at post time (NULL when len == 0) */
-    uint32_t len, sent_off;
-    uint32_t imm;
-    uint32_t post_len; /* the length posted (len is the wire length) */
-    uint8_t opcode; /* VEMUL_OP_* */
-    uint8_t signaled;
-    enum ibv_wc_status status; /* != SUCCESS: fails when it comes up (bad lkey) */
-};
-
 /* receive queue entry */
 struct vemul_rwqe {
     uint64_t wr_id;
     int num_sge;
     struct ibv_sge sge1; /* sges points here for a single SGE */
     struct ibv_sge *sges;
+};
+
+struct vemul_swqe {
+    uint64_t wr_id;
+    uint8_t *data; /* copy made at post time (NULL when len == 0) */
+    uint32_t len, sent_off;
+    uint32_t imm;
+    uint32_t post_len; /* the length posted (len is the wire length) */
+    uint8_t opcode; /* VEMUL_OP_*; READ_REQ for an RDMA read */
+    uint8_t signaled;
+    enum ibv_wc_status status; /* != SUCCESS: fails when it comes up (bad lkey) */
+    /* an RDMA read: the remote buffer, the local SGEs (rd.sges), whether
+     * the request went out (the send queue then waits for the response)
+     * and how many bytes of it arrived */
+    uint64_t raddr;
+    uint32_t rkey;
+    uint8_t req_sent;
+    uint32_t rd_off;
+    struct vemul_rwqe rd;
 };
 
 struct vemul_qp {
@@ -157,6 +174,13 @@ struct vemul_qp {
     /* the engine's current poll() set holds fd (POLLIN: the receive CQ is
      * armed) or txfd (POLLOUT: tx_blocked); set and read under the lock */
     int rx_polled, tx_polled;
+
+    /* the RDMA read we answer (one at a time: a requester waits for each
+     * response before it sends on), sent before our own WRs */
+    int resp_active;
+    uint8_t resp_err; /* remote access error: one datagram without data */
+    uint64_t resp_raddr;
+    uint32_t resp_len, resp_off;
 };
 
 struct vemul_context {

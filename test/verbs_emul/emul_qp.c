@@ -58,7 +58,7 @@ static void vemul_send_cqe(struct vemul_qp *q, const struct vemul_swqe *e,
     memset(&wc, 0, sizeof(wc));
     wc.wr_id = e->wr_id;
     wc.status = status;
-    wc.opcode = IBV_WC_SEND;
+    wc.opcode = e->opcode == VEMUL_OP_READ_REQ ? IBV_WC_RDMA_READ : IBV_WC_SEND;
     wc.byte_len = status == IBV_WC_SUCCESS ? e->post_len : 0;
     wc.qp_num = q->qp.qp_num;
     vemul_cq_push((struct vemul_cq *)q->qp.send_cq, &wc);
@@ -102,6 +102,14 @@ static void vemul_set_tx_blocked(struct vemul_qp *q, int blocked)
         vemul_ctx(q->qp.context)->nblocked--;
 }
 
+static void vemul_swqe_free(struct vemul_swqe *e)
+{
+    free(e->data);
+    e->data = NULL;
+    if (e->rd.sges && e->rd.sges != &e->rd.sge1) free(e->rd.sges);
+    e->rd.sges = NULL;
+}
+
 /* Drops every outstanding WR; with cqe, each completes with FLUSH_ERR
  * (sent unsignaled ones excepted: they were done). */
 static void vemul_drop_all(struct vemul_qp *q, int cqe)
@@ -110,9 +118,9 @@ static void vemul_drop_all(struct vemul_qp *q, int cqe)
     for (unsigned i = 0; i < q->sq_count; i++) {
         struct vemul_swqe *e = &q->sq[(q->sq_head + i) % n];
         if (cqe && i >= q->sq_done) vemul_send_cqe(q, e, IBV_WC_WR_FLUSH_ERR);
-        free(e->data);
-        e->data = NULL;
+        vemul_swqe_free(e);
     }
+    q->resp_active = 0;
     q->sq_head = q->sq_count = q->sq_done = 0;
     vemul_set_tx_blocked(q, 0);
     while (q->rq_count) {
@@ -141,8 +149,7 @@ static void vemul_send_fail(struct vemul_qp *q, enum ibv_wc_status status)
     unsigned n = vemul_sq_size(q);
     struct vemul_swqe *e = &q->sq[(q->sq_head + q->sq_done) % n];
     vemul_send_cqe(q, e, status);
-    free(e->data);
-    e->data = NULL;
+    vemul_swqe_free(e);
     q->sq_head = (q->sq_head + q->sq_done + 1) % n;
     q->sq_count -= q->sq_done + 1;
     q->sq_done = 0;
@@ -186,17 +193,95 @@ static enum ibv_wc_status vemul_tx_status(int err)
     return err == ECONNREFUSED || err == ENOENT ? IBV_WC_RETRY_EXC_ERR : IBV_WC_GENERAL_ERR;
 }
 
-/* Sends the unsent WRs in order until all are sent or the peer's queue is
- * full; then the QP is tx_blocked and the engine thread carries on. */
+/* one datagram on the send socket: 0, EAGAIN (the peer's queue or ours is
+ * full), or another errno */
+static int vemul_tx_datagram(struct vemul_qp *q, struct vemul_hdr *h, const void *data,
+                             uint32_t flen)
+{
+    h->magic = VEMUL_MAGIC;
+    h->version = VEMUL_VERSION;
+    h->src_lid = vemul_ctx(q->qp.context)->lid;
+    h->src_qpn = q->qp.qp_num;
+    struct iovec iov[2] = {{h, sizeof(*h)}, {(void *)data, flen}};
+    struct msghdr m;
+    memset(&m, 0, sizeof(m));
+    m.msg_iov = iov;
+    m.msg_iovlen = flen ? 2 : 1;
+    for (;;) {
+        if (sendmsg(q->txfd, &m, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) return 0;
+        if (errno == EINTR) continue;
+        if (errno == EWOULDBLOCK || errno == ENOBUFS) return EAGAIN;
+        return errno;
+    }
+}
+
+/* the send socket is full: the engine goes on when it has room */
+static void vemul_tx_wait(struct vemul_qp *q)
+{
+    if (!q->tx_blocked) {
+        vemul_set_tx_blocked(q, 1);
+        vemul_kick(vemul_ctx(q->qp.context));
+    }
+}
+
+/* Sends what is left of the RDMA read response we owe, read from our
+ * memory as it goes. 0 when done (or the requester is gone), EAGAIN. */
+static int vemul_send_response(struct vemul_qp *q)
+{
+    while (q->resp_active) {
+        if (vemul_tx_connect(q)) break; /* the requester is gone */
+        uint32_t flen = q->resp_err ? 0 : q->resp_len - q->resp_off;
+        if (flen > VEMUL_FRAG) flen = VEMUL_FRAG;
+        struct vemul_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.opcode = VEMUL_OP_READ_RESP;
+        h.imm = q->resp_err;
+        h.total_len = q->resp_err ? 0 : q->resp_len;
+        h.frag_off = q->resp_off;
+        int err = vemul_tx_datagram(q, &h, (const uint8_t *)(uintptr_t)q->resp_raddr + q->resp_off,
+                                    flen);
+        if (err == EAGAIN) return EAGAIN;
+        if (err) break;
+        q->resp_off += flen;
+        if (q->resp_err || q->resp_off == q->resp_len) break;
+    }
+    q->resp_active = 0;
+    return 0;
+}
+
+/* e (the oldest unsent WR) is done: its completion, if signaled, frees
+ * its slot and those of the unsignaled WRs before it */
+static void vemul_sq_complete(struct vemul_qp *q, struct vemul_swqe *e)
+{
+    unsigned n = vemul_sq_size(q);
+    vemul_swqe_free(e);
+    if (e->signaled) {
+        vemul_send_cqe(q, e, IBV_WC_SUCCESS);
+        q->sq_head = (q->sq_head + q->sq_done + 1) % n;
+        q->sq_count -= q->sq_done + 1;
+        q->sq_done = 0;
+    } else {
+        q->sq_done++;
+    }
+}
+
+/* Sends the read response we owe, then the unsent WRs in order until all
+ * are sent, the peer's queue is full (then the QP is tx_blocked and the
+ * engine thread carries on) or an RDMA read waits for its response. */
 static void vemul_progress_send(struct vemul_qp *q)
 {
     unsigned n = vemul_sq_size(q);
+    if (vemul_send_response(q) == EAGAIN) {
+        vemul_tx_wait(q);
+        return;
+    }
     while (q->qp.state == IBV_QPS_RTS && q->sq_done < q->sq_count) {
         struct vemul_swqe *e = &q->sq[(q->sq_head + q->sq_done) % n];
         if (e->status != IBV_WC_SUCCESS) {
             vemul_send_fail(q, e->status);
             return;
         }
+        if (e->opcode == VEMUL_OP_READ_REQ && e->req_sent) break; /* awaits its response */
         int err = vemul_tx_connect(q);
         if (err) {
             vemul_send_fail(q, vemul_tx_status(err));
@@ -207,46 +292,30 @@ static void vemul_progress_send(struct vemul_qp *q)
             if (flen > VEMUL_FRAG) flen = VEMUL_FRAG;
             struct vemul_hdr h;
             memset(&h, 0, sizeof(h));
-            h.magic = VEMUL_MAGIC;
-            h.version = VEMUL_VERSION;
             h.opcode = e->opcode;
-            h.src_lid = vemul_ctx(q->qp.context)->lid;
-            h.src_qpn = q->qp.qp_num;
             h.imm = e->imm;
             h.total_len = e->len;
             h.frag_off = e->sent_off;
-            struct iovec iov[2] = {{&h, sizeof(h)}, {e->data ? e->data + e->sent_off : NULL, flen}};
-            struct msghdr m;
-            memset(&m, 0, sizeof(m));
-            m.msg_iov = iov;
-            m.msg_iovlen = flen ? 2 : 1;
-            if (sendmsg(q->txfd, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
-                if (errno == EINTR) continue;
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
-                    /* the peer's queue (or our send buffer) is full: the
-                     * engine sends on, in order, when there is room */
-                    if (!q->tx_blocked) {
-                        vemul_set_tx_blocked(q, 1);
-                        vemul_kick(vemul_ctx(q->qp.context));
-                    }
-                    return;
-                }
-                vemul_send_fail(q, vemul_tx_status(errno));
+            err = vemul_tx_datagram(q, &h, e->data ? e->data + e->sent_off : NULL, flen);
+            if (err == EAGAIN) {
+                /* the peer's queue (or our send buffer) is full: the
+                 * engine sends on, in order, when there is room */
+                vemul_tx_wait(q);
+                return;
+            }
+            if (err) {
+                vemul_send_fail(q, vemul_tx_status(err));
                 return;
             }
             e->sent_off += flen;
         } while (e->sent_off < e->len);
-        free(e->data);
-        e->data = NULL;
-        if (e->signaled) {
-            vemul_send_cqe(q, e, IBV_WC_SUCCESS);
-            /* frees its slot and those of the unsignaled WRs before it */
-            q->sq_head = (q->sq_head + q->sq_done + 1) % n;
-            q->sq_count -= q->sq_done + 1;
-            q->sq_done = 0;
-        } else {
-            q->sq_done++;
+        if (e->opcode == VEMUL_OP_READ_REQ) { /* the request is out */
+            free(e->data);
+            e->data = NULL;
+            e->req_sent = 1;
+            break;
         }
+        vemul_sq_complete(q, e);
     }
     vemul_set_tx_blocked(q, 0);
 }
@@ -414,6 +483,74 @@ static void vemul_scatter(const struct vemul_rwqe *w, uint32_t off, const uint8_
     }
 }
 
+/* Is the next datagram an RDMA read request or response? (Those need no
+ * receive WQE.) */
+static int vemul_read_op_next(struct vemul_qp *q)
+{
+    struct vemul_hdr h;
+    for (;;) {
+        ssize_t r = recv(q->fd, &h, sizeof(h), MSG_DONTWAIT | MSG_PEEK);
+        if (r < 0 && errno == EINTR) continue;
+        return r == (ssize_t)sizeof(h) && h.magic == VEMUL_MAGIC &&
+               (h.opcode == VEMUL_OP_READ_REQ || h.opcode == VEMUL_OP_READ_RESP);
+    }
+}
+
+/* An RDMA read request of the peer (its body in vc->scratch): answered
+ * from our memory if the key names an MR of the QP's PD that allows
+ * remote reads and covers the range, else with a remote access error. */
+static void vemul_read_request(struct vemul_qp *q, const struct vemul_hdr *h, uint32_t flen)
+{
+    struct vemul_context *vc = vemul_ctx(q->qp.context);
+    struct vemul_read_req rr;
+    if (h->total_len != sizeof(rr) || flen != sizeof(rr) || q->resp_active) {
+        q->dropped++; /* malformed, or a second one while we answer */
+        return;
+    }
+    memcpy(&rr, vc->scratch, sizeof(rr));
+    struct ibv_sge sge = {.addr = rr.raddr, .length = rr.len, .lkey = rr.rkey};
+    q->resp_err = rr.len > VEMUL_MAX_MSG ||
+                  (rr.len && vemul_sge_ok(vc, q->qp.pd, &sge, IBV_ACCESS_REMOTE_READ));
+    q->resp_raddr = rr.raddr;
+    q->resp_len = q->resp_err ? 0 : rr.len;
+    q->resp_off = 0;
+    q->resp_active = 1;
+    if (!q->tx_blocked && vemul_send_response(q) == EAGAIN) vemul_tx_wait(q);
+}
+
+/* A fragment of the response to our oldest unsent WR, an RDMA read whose
+ * request went out: scattered into its local SGEs; the last one completes
+ * it and lets the WRs behind it go. */
+static void vemul_read_response(struct vemul_qp *q, const struct vemul_hdr *h, uint32_t flen)
+{
+    struct vemul_context *vc = vemul_ctx(q->qp.context);
+    struct vemul_swqe *e = q->sq_done < q->sq_count
+                               ? &q->sq[(q->sq_head + q->sq_done) % vemul_sq_size(q)]
+                               : NULL;
+    if (!e || e->opcode != VEMUL_OP_READ_REQ || !e->req_sent) {
+        q->dropped++; /* no read waits for it */
+        return;
+    }
+    if (h->imm) { /* the responder refused */
+        vemul_send_fail(q, IBV_WC_REM_ACCESS_ERR);
+        return;
+    }
+    if (h->total_len != e->post_len || h->frag_off != e->rd_off) {
+        vemul_send_fail(q, IBV_WC_BAD_RESP_ERR);
+        return;
+    }
+    if (vemul_rwqe_ok(q, &e->rd, e->post_len)) { /* our MR went meanwhile */
+        vemul_send_fail(q, IBV_WC_LOC_PROT_ERR);
+        return;
+    }
+    vemul_scatter(&e->rd, e->rd_off, vc->scratch, flen);
+    e->rd_off += flen;
+    if (e->rd_off < e->post_len) return;
+    e->req_sent = 0;
+    vemul_sq_complete(q, e);
+    if (!q->tx_blocked) vemul_progress_send(q);
+}
+
 static void vemul_progress_recv(struct vemul_qp *q)
 {
     struct vemul_context *vc = vemul_ctx(q->qp.context);
@@ -424,9 +561,10 @@ static void vemul_progress_recv(struct vemul_qp *q)
             vemul_discard_incoming(q);
             return;
         }
-        /* no receive posted (RNR): the datagram stays in the socket, in
-         * order, and the sender's later datagrams wait behind it */
-        if (!q->rx_active && !q->rq_count) return;
+        /* no receive posted (RNR): a SEND stays in the socket, in order,
+         * and the sender's later datagrams wait behind it; RDMA read
+         * requests and responses need no receive */
+        if (!q->rx_active && !q->rq_count && !vemul_read_op_next(q)) return;
 
         struct vemul_hdr h;
         struct iovec iov[2] = {{&h, sizeof(h)}, {vc->scratch, VEMUL_FRAG}};
@@ -441,7 +579,7 @@ static void vemul_progress_recv(struct vemul_qp *q)
         }
         if ((size_t)r < sizeof(h) || (m.msg_flags & MSG_TRUNC) || h.magic != VEMUL_MAGIC ||
             h.version != VEMUL_VERSION ||
-            (h.opcode != VEMUL_OP_SEND && h.opcode != VEMUL_OP_SEND_IMM) ||
+            h.opcode < VEMUL_OP_SEND || h.opcode > VEMUL_OP_READ_RESP ||
             h.total_len > VEMUL_MAX_MSG || h.frag_off > h.total_len ||
             (uint32_t)((size_t)r - sizeof(h)) > h.total_len - h.frag_off) {
             q->dropped++; /* garbage */
@@ -452,6 +590,18 @@ static void vemul_progress_recv(struct vemul_qp *q)
             continue;
         }
         uint32_t flen = (uint32_t)((size_t)r - sizeof(h));
+        if (h.opcode == VEMUL_OP_READ_REQ) {
+            vemul_read_request(q, &h, flen);
+            continue;
+        }
+        if (h.opcode == VEMUL_OP_READ_RESP) {
+            vemul_read_response(q, &h, flen);
+            continue;
+        }
+        if (!q->rx_active && !q->rq_count) { /* a SEND after all: cannot be */
+            q->dropped++;
+            continue;
+        }
         if (h.frag_off == 0) {
             /* a new message (one cut short before, if any, is abandoned) */
             if (vemul_rwqe_capacity(&q->rq[q->rq_head]) < h.total_len) {
@@ -840,6 +990,47 @@ static int vemul_corrupt_apply(struct vemul_swqe *e, const struct vemul_corrupt 
 
 /* ------------------------------------------------------------ post */
 
+/* An RDMA read into the local SGEs of wr (len bytes): the wire carries a
+ * request (which VEMUL_CORRUPT may change like any send) and the send
+ * queue waits for its response. */
+static int vemul_post_read(struct vemul_qp *q, struct vemul_swqe *e, const struct ibv_send_wr *wr,
+                           uint32_t len)
+{
+    e->wr_id = wr->wr_id;
+    e->opcode = VEMUL_OP_READ_REQ;
+    e->signaled = q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+    e->status = IBV_WC_SUCCESS;
+    e->post_len = len;
+    e->raddr = wr->wr.rdma.remote_addr;
+    e->rkey = wr->wr.rdma.rkey;
+    e->rd.num_sge = wr->num_sge;
+    e->rd.sges = &e->rd.sge1;
+    if (wr->num_sge > 1) {
+        e->rd.sges = malloc((size_t)wr->num_sge * sizeof(*e->rd.sges));
+        if (!e->rd.sges) return ENOMEM;
+    }
+    if (wr->num_sge) memcpy(e->rd.sges, wr->sg_list, (size_t)wr->num_sge * sizeof(*e->rd.sges));
+    if (vemul_rwqe_ok(q, &e->rd, len)) e->status = IBV_WC_LOC_PROT_ERR; /* when it comes up */
+    struct vemul_read_req rr = {.raddr = e->raddr, .rkey = e->rkey, .len = len};
+    e->len = sizeof(rr);
+    e->data = malloc(sizeof(rr));
+    if (!e->data) {
+        vemul_swqe_free(e);
+        return ENOMEM;
+    }
+    memcpy(e->data, &rr, sizeof(rr));
+    struct vemul_corrupt c;
+    if (vemul_wire_count(&c) && e->status == IBV_WC_SUCCESS) {
+        int err = vemul_corrupt_apply(e, &c);
+        if (err) {
+            vemul_swqe_free(e);
+            return err;
+        }
+    }
+    q->sq_count++;
+    return 0;
+}
+
 static int vemul_post_send_one(struct vemul_qp *q, const struct ibv_send_wr *wr)
 {
     struct vemul_context *vc = vemul_ctx(q->qp.context);
@@ -849,17 +1040,20 @@ static int vemul_post_send_one(struct vemul_qp *q, const struct ibv_send_wr *wr)
         return 0;
     }
     if (q->qp.state != IBV_QPS_RTS) return EINVAL;
-    if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) return EINVAL;
+    if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM &&
+        wr->opcode != IBV_WR_RDMA_READ)
+        return EINVAL;
     if (wr->num_sge < 0 || (unsigned)wr->num_sge > q->cap.max_send_sge) return EINVAL;
     uint64_t len = 0;
     for (int i = 0; i < wr->num_sge; i++) len += wr->sg_list[i].length;
     if (len > VEMUL_MAX_MSG) return EINVAL;
     int inl = !!(wr->send_flags & IBV_SEND_INLINE);
-    if (inl && len > q->cap.max_inline_data) return EINVAL;
+    if (inl && (len > q->cap.max_inline_data || wr->opcode == IBV_WR_RDMA_READ)) return EINVAL;
     if (q->sq_count >= q->cap.max_send_wr) return ENOMEM;
 
     struct vemul_swqe *e = &q->sq[(q->sq_head + q->sq_count) % vemul_sq_size(q)];
     memset(e, 0, sizeof(*e));
+    if (wr->opcode == IBV_WR_RDMA_READ) return vemul_post_read(q, e, wr, (uint32_t)len);
     e->wr_id = wr->wr_id;
     e->len = (uint32_t)len;
     e->post_len = (uint32_t)len;

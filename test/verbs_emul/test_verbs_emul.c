@@ -1326,6 +1326,98 @@ static void test_shared_cq(void **state)
     ep_close(&b);
 }
 
+static int post_read(struct ep *e, uint64_t wr_id, size_t off, uint32_t len, uint64_t raddr,
+                     uint32_t rkey)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)(e->buf + off), .length = len, .lkey = e->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1,
+                             .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED};
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    struct ibv_send_wr *bad = NULL;
+    return ibv_post_send(e->qp, &wr, &bad);
+}
+
+/* RDMA read: the responder serves it from an MR with remote read access
+ * (in fragments, with no receive posted on its side; poll_both: serving
+ * makes it no completions); the read completes
+ * before a SEND posted after it; a bad key, an MR without remote read
+ * access and a range outside the MR end in IBV_WC_REM_ACCESS_ERR */
+static void test_rdma_read(void **state)
+{
+    struct ep a, b;
+    pair_open(&a, &b, &cfg_default);
+    const uint32_t len = 200000; /* four datagrams */
+    fill(b.buf, len, 5);
+    struct ibv_mr *rmr = ibv_reg_mr(b.pd, b.buf, len, IBV_ACCESS_LOCAL_WRITE |
+                                                         IBV_ACCESS_REMOTE_READ);
+    assert_non_null(rmr);
+    struct ibv_mr *nmr = ibv_reg_mr(b.pd, b.buf, len, IBV_ACCESS_LOCAL_WRITE);
+    assert_non_null(nmr);
+
+    assert_int_equal(post_read(&a, 1, 0, len, (uintptr_t)b.buf, rmr->rkey), 0);
+    assert_int_equal(post_recv(&b, 7, RECV_OFF, 16), 0);
+    assert_int_equal(post_send(&a, 2, len, 8, IBV_SEND_SIGNALED), 0);
+    struct ibv_wc wc[2];
+    /* b polls too: it serves the read and receives the send */
+    int got = 0;
+    int64_t end = now_ms() + DEADLINE_MS;
+    struct ibv_wc bw;
+    int bgot = 0;
+    while ((got < 2 || !bgot) && now_ms() < end) {
+        int r = ibv_poll_cq(a.cq, 2 - got, wc + got);
+        CK(r >= 0);
+        got += r;
+        if (!bgot) bgot = ibv_poll_cq(b.cq, 1, &bw);
+        CK(bgot >= 0);
+    }
+    assert_int_equal(got, 2);
+    assert_int_equal(bgot, 1);
+    assert_int_equal(wc[0].wr_id, 1); /* in order */
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(wc[0].opcode, IBV_WC_RDMA_READ);
+    assert_int_equal(wc[0].byte_len, len);
+    assert_int_equal(check(a.buf, len, 5), 0);
+    assert_int_equal(wc[1].wr_id, 2);
+    assert_int_equal(wc[1].opcode, IBV_WC_SEND);
+    assert_int_equal(bw.wr_id, 7);
+
+    /* part of the MR, at an offset; b has no receive posted */
+    memset(a.buf, 0, len);
+    assert_int_equal(post_read(&a, 3, 100, 1000, (uintptr_t)b.buf + 5000, rmr->rkey), 0);
+    assert_int_equal(poll_both(&a, wc, 1, &b), 1);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(memcmp(a.buf + 100, b.buf + 5000, 1000), 0);
+
+    /* no remote read access: refused, the requester's QP goes to ERR */
+    assert_int_equal(post_read(&a, 4, 0, 64, (uintptr_t)b.buf, nmr->rkey), 0);
+    assert_int_equal(poll_both(&a, wc, 1, &b), 1);
+    assert_int_equal(wc[0].wr_id, 4);
+    assert_int_equal(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+    assert_int_equal(a.qp->state, IBV_QPS_ERR);
+    assert_int_equal(ibv_dereg_mr(rmr), 0);
+    assert_int_equal(ibv_dereg_mr(nmr), 0);
+    ep_close(&a);
+    ep_close(&b);
+
+    /* past the end of the MR, and a key that names nothing */
+    pair_open(&a, &b, &cfg_default);
+    rmr = ibv_reg_mr(b.pd, b.buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    assert_non_null(rmr);
+    assert_int_equal(post_read(&a, 5, 0, 64, (uintptr_t)b.buf + 4090, rmr->rkey), 0);
+    assert_int_equal(poll_both(&a, wc, 1, &b), 1);
+    assert_int_equal(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+    assert_int_equal(ibv_dereg_mr(rmr), 0);
+    ep_close(&a);
+    ep_close(&b);
+    pair_open(&a, &b, &cfg_default);
+    assert_int_equal(post_read(&a, 6, 0, 64, (uintptr_t)b.buf, 0x7777), 0);
+    assert_int_equal(poll_both(&a, wc, 1, &b), 1);
+    assert_int_equal(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+    ep_close(&a);
+    ep_close(&b);
+}
+
 static void test_destroy_busy(void **state)
 {
     struct ep a;
@@ -1804,6 +1896,7 @@ int main(void)
         cmocka_unit_test(test_cq_overrun),
         cmocka_unit_test(test_cq_resize),
         cmocka_unit_test(test_shared_cq),
+        cmocka_unit_test(test_rdma_read),
         cmocka_unit_test(test_destroy_busy),
         cmocka_unit_test(test_device_and_port),
         cmocka_unit_test(test_fault_injection),
