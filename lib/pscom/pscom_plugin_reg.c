@@ -55,7 +55,9 @@ static int desc_valid(const pscom_plugin_desc_t *d, const char *where)
     if (!d->name || !d->ops || !d->ops->con_start || !d->ops->write_start || !d->ops->close ||
         (!!(d->caps & PSCOM_PLUGIN_CAP_RMA_READ) != !!d->ops->rma_read) ||
         (!!(d->caps & PSCOM_PLUGIN_CAP_RMA_WRITE) != !!d->ops->rma_write) ||
-        ((d->caps & PSCOM_PLUGIN_CAP_RNDV_READ) && !d->ops->rma_read)) {
+        (!!d->ops->rndv_export != !!d->ops->rndv_read) ||
+        (!!d->ops->rndv_export != !!d->ops->rndv_release) ||
+        ((d->caps & PSCOM_PLUGIN_CAP_RNDV_READ) && !d->ops->rma_read && !d->ops->rndv_read)) {
         plog_err("plugin %s: incomplete descriptor: rejected", where);
         return 0;
     }

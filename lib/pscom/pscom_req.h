@@ -28,7 +28,10 @@ struct pscom_req {
     pscom_list_t all;       /* pscom.requests (PSP_DEBUG_REQ) */
     size_t send_off;        /* send: bytes of pad+header+xheader+data already sent */
     unsigned send_pad;      /* send: bytes of the PAD message in front (stream transports) */
-    size_t data_done;       /* unexpected: data bytes stored so far */
+    union {
+        size_t data_done;   /* unexpected: data bytes stored so far */
+        void *rndv_handle;  /* rendezvous send: the transport's export (rndv_export) */
+    };
     pscom_con_t *con;       /* unexpected / internal: its connection */
     uint64_t id;            /* rendezvous / RMA: id the peer refers to it by */
     /* Internal completion (lock held): called instead of the standard

@@ -27,6 +27,14 @@ static pscom_req_t *find_id(pscom_list_t *q, uint64_t id)
 
 /* ---- sender ------------------------------------------------------------ */
 
+/* The transport's export of a rendezvous send's buffer is no longer read. */
+static void export_release(pscom_con_t *con, pscom_req_t *req)
+{
+    if (!req->rndv_handle) return;
+    con->transport->ops->rndv_release(con, req->rndv_handle);
+    req->rndv_handle = NULL;
+}
+
 void pscom_rndv_send(pscom_con_t *con, pscom_req_t *req)
 {
     pscom_request_t *r = &req->pub;
@@ -40,14 +48,20 @@ void pscom_rndv_send(pscom_con_t *con, pscom_req_t *req)
         pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
         return;
     }
-    req->id  = next_id++;
-    req->con = con;
+    req->id          = next_id++;
+    req->con         = con;
+    req->rndv_handle = NULL;
+    uint64_t src = 0, key = 0;
+    if (pscom_con_direct(con, PSCOM_PLUGIN_CAP_RNDV_READ, r->data_len)) {
+        const pscom_plugin_ops_t *ops = con->transport->ops;
+        if (ops->rndv_export) key = ops->rndv_export(con, r->data, r->data_len, &req->rndv_handle);
+        if (key || !ops->rndv_export) src = (uint64_t)(uintptr_t)r->data;
+    }
     pscom_rndv_rts_t rts = {
         .sender_id = htole64(req->id),
         .data_len  = htole64(r->data_len),
-        .src_addr  = htole64(pscom_con_direct(con, PSCOM_PLUGIN_CAP_RNDV_READ, r->data_len)
-                                 ? (uint64_t)(uintptr_t)r->data
-                                 : 0),
+        .src_addr  = htole64(src),
+        .src_key   = htole64(key),
     };
     memcpy(rts_req->pub.data, &rts, sizeof(rts));
     pscom_list_add_tail(&req->next, &con->rndv_sends);
@@ -73,6 +87,7 @@ static int recv_cts(pscom_con_t *con, const pscom_rndv_cts_t *cts)
         return -1;
     }
     pscom_list_del(&req->next);
+    export_release(con, req); /* push mode */
     if (!len) {
         pscom_req_complete(req);
         pscom_con_rndv_sends_drained(con);
@@ -102,6 +117,7 @@ static int recv_fin(pscom_con_t *con, const pscom_rndv_fin_t *fin)
         return -1;
     }
     pscom_list_del(&req->next);
+    export_release(con, req);
     if (fin->status) req->pub.state |= PSCOM_REQ_STATE_ERROR;
     pscom_req_complete(req);
     pscom_con_rndv_sends_drained(con);
@@ -117,11 +133,22 @@ static void send_fin(pscom_con_t *con, uint64_t sender_id, uint64_t status)
     if (req) pscom_con_send_ctrl(con, req);
 }
 
+/* Read len bytes of the sender's buffer src straight into dst: with the
+ * key its transport exported, or without one (memory the transport can
+ * read as it is). 0, or <0: push mode then. */
+static int direct_read(pscom_con_t *con, void *dst, uint64_t src, uint64_t key, size_t len)
+{
+    const pscom_plugin_ops_t *ops = con->transport->ops;
+    if (key) return ops->rndv_read ? ops->rndv_read(con, dst, src, key, len) : -1;
+    return ops->rma_read ? ops->rma_read(con, dst, src, len) : -1;
+}
+
 void pscom_rndv_matched(pscom_con_t *con, pscom_req_t *req, const pscom_rndv_rts_t *rts)
 {
     uint64_t sender_id = le64toh(rts->sender_id);
     uint64_t full      = le64toh(rts->data_len);
     uint64_t src       = le64toh(rts->src_addr);
+    uint64_t key       = le64toh(rts->src_key);
     size_t len         = full < req->pub.data_len ? (size_t)full : req->pub.data_len;
 
     req->pub.state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST | PSCOM_REQ_STATE_IO_STARTED;
@@ -132,7 +159,7 @@ void pscom_rndv_matched(pscom_con_t *con, pscom_req_t *req, const pscom_rndv_rts
         return;
     }
     if (src && pscom_con_direct(con, PSCOM_PLUGIN_CAP_RNDV_READ, len) &&
-        con->transport->ops->rma_read(con, req->pub.data, src, len) == 0) {
+        direct_read(con, req->pub.data, src, key, len) == 0) {
         send_fin(con, sender_id, 0);
         pscom_req_complete(req);
         return;
@@ -230,6 +257,10 @@ int pscom_rndv_recv(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **reqp
 
 void pscom_rndv_fail_con(pscom_con_t *con)
 {
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &con->rndv_sends) {
+        export_release(con, pscom_list_entry(pos, pscom_req_t, next));
+    }
     pscom_req_fail_all(&con->rndv_sends);
     pscom_req_fail_all(&con->rndv_recvs);
 }

@@ -99,7 +99,7 @@ typedef struct pscom_rndv_rts {
     uint64_t sender_id; /* the sender's id of the send request */
     uint64_t data_len;  /* real message length (the user sees it as header.data_len) */
     uint64_t src_addr;  /* sender's buffer for direct reads, 0 = push mode only */
-    uint64_t reserved;
+    uint64_t src_key;   /* the transport's key for reading it (rndv_export), 0 = none */
 } pscom_rndv_rts_t;
 _Static_assert(sizeof(pscom_rndv_rts_t) == 32, "rts");
 

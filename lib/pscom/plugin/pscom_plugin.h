@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 12
+#define PSCOM_PLUGIN_ABI_VERSION 13
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -35,9 +35,10 @@
  * so that those copies do not run into a CPU's slow path for misaligned
  * source and destination. The receiving core drops PAD messages. */
 #define PSCOM_PLUGIN_CAP_STREAM_PAD (1ULL << 3)
-/* Rendezvous read mode (needs CAP_RMA_READ): once a receive matched, the
- * core reads the data straight from the sender's buffer with ops.rma_read
- * and answers FIN. Without it the sender pushes the data as one message
+/* Rendezvous read mode (needs ops.rma_read, or ops.rndv_export and
+ * ops.rndv_read): once a receive matched, the core reads the data straight
+ * from the sender's buffer with ops.rma_read (or ops.rndv_read with the key
+ * the sender's rndv_export gave) and answers FIN. Without it the sender pushes the data as one message
  * (which a transport may still move its own way: shm's single copy, where
  * the sender helps, is twice as fast as one reader alone). */
 #define PSCOM_PLUGIN_CAP_RNDV_READ (1ULL << 4)
@@ -115,6 +116,20 @@ typedef struct pscom_plugin_ops {
      * the way from pscom_post_send to the transport's send kept short) */
     int (*write_now)(pscom_con_t *con, void *priv, const void *head, size_t hlen,
                      const void *data, size_t dlen);
+    /* Optional, together (ABI version 13): rendezvous reads that need a
+     * key, where the peer may read only memory made readable first
+     * (registered). The sender's side: make len bytes at buf readable by
+     * the peer and return a non-zero key for the announcement, with a
+     * handle in *handle; 0: not possible, the message goes in push mode.
+     * rndv_release(con, handle) follows exactly once when the read is over
+     * (FIN), when the receiver chose push mode (CTS), or when the
+     * connection failed; con may be closed then. The receiver's side:
+     * rndv_read reads len bytes from src in the peer with that key into
+     * dst, synchronously: 0, or <0 (the core falls back to push mode). No
+     * core call for this connection may be made from inside either. */
+    uint64_t (*rndv_export)(pscom_con_t *con, const void *buf, size_t len, void **handle);
+    void (*rndv_release)(pscom_con_t *con, void *handle);
+    int (*rndv_read)(pscom_con_t *con, void *dst, uint64_t src, uint64_t key, size_t len);
 } pscom_plugin_ops_t;
 
 typedef struct pscom_plugin_desc {
