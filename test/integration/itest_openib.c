@@ -117,6 +117,86 @@ static const fb_case_t cases[] = {
      "openib: emul0: cannot create a completion queue", TCP},
 };
 
+/* ---- rendezvous by RDMA read ------------------------------------------------- */
+
+/* Large messages both ways, verified. With fail set (VERBS_EMUL_FAIL of
+ * this side once connected: "reg_mr"), this side can register neither a
+ * buffer to be read nor one to read into: every message to and from it is
+ * pushed through the slots instead, and says so in the log. */
+typedef struct rd_case {
+    const char *name;
+    const char *server_fail, *client_fail;
+} rd_case_t;
+
+static const rd_case_t *rcur;
+static const size_t rd_sizes[] = {1u << 20, (1u << 20) + 13, 300000, (3u << 20) + 1};
+#define RD_N (sizeof(rd_sizes) / sizeof(rd_sizes[0]))
+
+static void send_big(pscom_connection_t *con, uint32_t seed, size_t len)
+{
+    pscom_request_t *s = pscom_request_create(sizeof(seed), 0);
+    unsigned char *buf = tu_malloc(len);
+    tu_fill(buf, len, seed);
+    pscom_req_prepare(s, con, buf, len, &seed, sizeof(seed));
+    pscom_post_send(s);
+    pscom_wait(s);
+    TU_ASSERT_SUCCESSFUL(s);
+    pscom_request_free(s);
+    free(buf);
+}
+
+static int rd_role(tu_ctx_t *ctx, int server)
+{
+    const char *fail        = server ? rcur->server_fail : rcur->client_fail;
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = server ? tu_server_accept_one(ctx, sock) : tu_client_connect(ctx, sock);
+    TU_ASSERT_EQ(con->type, PSCOM_CON_TYPE_OPENIB);
+    if (fail) setenv("VERBS_EMUL_FAIL", fail, 1);
+    for (unsigned i = 0; i < RD_N; i++) {
+        if (server) {
+            tu_recv_pattern(con, 100 + i, rd_sizes[i]);
+            send_big(con, 200 + i, rd_sizes[i]);
+        } else {
+            send_big(con, 100 + i, rd_sizes[i]);
+            tu_recv_pattern(con, 200 + i, rd_sizes[i]);
+        }
+    }
+    unsetenv("VERBS_EMUL_FAIL");
+    int pushed = tu_log_file_count("(pushed instead)");
+    int read   = tu_log_file_count("read by RDMA");
+    if (fail) { /* its exports and its reads: one of each per size */
+        TU_ASSERT_MSG(pushed == 2 * (int)RD_N, "%s: %d messages pushed, want %d", rcur->name,
+                      pushed, 2 * (int)RD_N);
+        TU_ASSERT_MSG(read == 0, "%s: %d read by RDMA, want none", rcur->name, read);
+    } else if (!rcur->server_fail && !rcur->client_fail) {
+        TU_ASSERT_MSG(pushed == 0 && read == (int)RD_N, "%s: %d read by RDMA, %d pushed; want %d, 0",
+                      rcur->name, read, pushed, (int)RD_N);
+    } else { /* the peer fails: what it sends is pushed, what we send it too */
+        TU_ASSERT_MSG(pushed == 0 && read == 0, "%s: %d read, %d pushed here; want 0, 0",
+                      rcur->name, read, pushed);
+    }
+
+    pscom_close_socket(sock);
+    tu_log_file_remove();
+    return 0;
+}
+
+static int rd_server(tu_ctx_t *ctx)
+{
+    return rd_role(ctx, 1);
+}
+
+static int rd_client(tu_ctx_t *ctx)
+{
+    return rd_role(ctx, 0);
+}
+
+static const rd_case_t rd_cases[] = {
+    {"rdma_read", NULL, NULL},
+    {"rdma_read_server_cannot_register", "reg_mr", NULL},
+    {"rdma_read_client_cannot_register", NULL, "reg_mr"},
+};
+
 /* ---- broken packets ---------------------------------------------------------- */
 
 typedef struct gb_case {
@@ -199,6 +279,12 @@ int main(void)
     unsetenv("VERBS_EMUL_PORT_STATE");
     unsetenv("VERBS_EMUL_FAIL");
     setenv("PSP_PLUGINDIR", PSCOM_TEST_OPENIB_EMUL_DIR, 1);
+    tu_log_files("itest_openib", 4); /* the reads and pushes are said at debug level */
+    for (size_t i = 0; i < sizeof(rd_cases) / sizeof(rd_cases[0]); i++) {
+        rcur = &rd_cases[i];
+        if (tu_run(rcur->name, 1, rd_server, rd_client, NULL)) return 1;
+    }
+    tu_log_files("itest_openib", 3);
     for (size_t i = 0; i < sizeof(gb_cases) / sizeof(gb_cases[0]); i++) {
         gcur = &gb_cases[i];
         if (tu_run(gcur->name, 1, gb_server, gb_client, NULL)) return 1;

@@ -153,6 +153,15 @@ struct vemul_qp {
     struct ibv_qp_cap cap;
     uint16_t dlid;
     uint32_t dqpn;
+    /* RDMA read requests and responses travel between sockets of their
+     * own, which the engine always watches (an HCA answers reads without
+     * the process, and they pass SENDs that wait for a receive): rdfd is
+     * bound to the QP's name with ".r" appended; rdtx is connected to the
+     * peer's (peer_rd), rd_blocked when it is full */
+    int rdfd, rdtx;
+    int rd_connected, rd_blocked;
+    struct sockaddr_un peer_rd;
+    socklen_t peer_rd_len;
     struct sockaddr_un peer;
     socklen_t peer_len;
 
@@ -173,7 +182,7 @@ struct vemul_qp {
 
     /* the engine's current poll() set holds fd (POLLIN: the receive CQ is
      * armed) or txfd (POLLOUT: tx_blocked); set and read under the lock */
-    int rx_polled, tx_polled;
+    int rx_polled, tx_polled, rd_polled;
 
     /* the RDMA read we answer (one at a time: a requester waits for each
      * response before it sends on), sent before our own WRs */

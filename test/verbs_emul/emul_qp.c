@@ -29,13 +29,14 @@
 #include "emul_priv.h"
 #include "verbs_emul.h"
 
-static socklen_t vemul_addr(struct sockaddr_un *sa, uint16_t lid, uint32_t qpn)
+/* the QP's socket name; rd: that of its RDMA read requests */
+static socklen_t vemul_addr(struct sockaddr_un *sa, uint16_t lid, uint32_t qpn, int rd)
 {
     memset(sa, 0, sizeof(*sa));
     sa->sun_family = AF_UNIX;
     /* abstract name: a leading NUL, no terminating one */
-    int n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "verbs-emul.%u.%u.%u",
-                     (unsigned)getuid(), (unsigned)lid, (unsigned)qpn);
+    int n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "verbs-emul.%u.%u.%u%s",
+                     (unsigned)getuid(), (unsigned)lid, (unsigned)qpn, rd ? ".r" : "");
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
@@ -195,8 +196,8 @@ static enum ibv_wc_status vemul_tx_status(int err)
 
 /* one datagram on the send socket: 0, EAGAIN (the peer's queue or ours is
  * full), or another errno */
-static int vemul_tx_datagram(struct vemul_qp *q, struct vemul_hdr *h, const void *data,
-                             uint32_t flen)
+static int vemul_datagram(struct vemul_qp *q, int fd, struct vemul_hdr *h, const void *data,
+                          uint32_t flen)
 {
     h->magic = VEMUL_MAGIC;
     h->version = VEMUL_VERSION;
@@ -208,7 +209,7 @@ static int vemul_tx_datagram(struct vemul_qp *q, struct vemul_hdr *h, const void
     m.msg_iov = iov;
     m.msg_iovlen = flen ? 2 : 1;
     for (;;) {
-        if (sendmsg(q->txfd, &m, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) return 0;
+        if (sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) return 0;
         if (errno == EINTR) continue;
         if (errno == EWOULDBLOCK || errno == ENOBUFS) return EAGAIN;
         return errno;
@@ -224,12 +225,45 @@ static void vemul_tx_wait(struct vemul_qp *q)
     }
 }
 
+/* connects the read socket's sender to the peer's read socket; 0 or an
+ * errno (RDMA read requests and responses go there: they pass SENDs that
+ * wait for a receive, as on an HCA) */
+static int vemul_rd_connect(struct vemul_qp *q)
+{
+    if (q->rd_connected) return 0;
+    if (q->rdtx < 0) {
+        q->rdtx = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (q->rdtx < 0) return errno;
+    }
+    while (connect(q->rdtx, (struct sockaddr *)&q->peer_rd, q->peer_rd_len) < 0)
+        if (errno != EINTR) return errno;
+    q->rd_connected = 1;
+    return 0;
+}
+
+static void vemul_rd_close(struct vemul_qp *q)
+{
+    if (q->rdtx >= 0) close(q->rdtx);
+    q->rdtx = -1;
+    q->rd_connected = 0;
+    q->rd_blocked = 0;
+}
+
+/* the peer's read socket is full: the engine goes on when it has room */
+static void vemul_rd_wait(struct vemul_qp *q)
+{
+    if (!q->rd_blocked) {
+        q->rd_blocked = 1;
+        vemul_kick(vemul_ctx(q->qp.context));
+    }
+}
+
 /* Sends what is left of the RDMA read response we owe, read from our
  * memory as it goes. 0 when done (or the requester is gone), EAGAIN. */
 static int vemul_send_response(struct vemul_qp *q)
 {
     while (q->resp_active) {
-        if (vemul_tx_connect(q)) break; /* the requester is gone */
+        if (vemul_rd_connect(q)) break; /* the requester is gone */
         uint32_t flen = q->resp_err ? 0 : q->resp_len - q->resp_off;
         if (flen > VEMUL_FRAG) flen = VEMUL_FRAG;
         struct vemul_hdr h;
@@ -238,8 +272,8 @@ static int vemul_send_response(struct vemul_qp *q)
         h.imm = q->resp_err;
         h.total_len = q->resp_err ? 0 : q->resp_len;
         h.frag_off = q->resp_off;
-        int err = vemul_tx_datagram(q, &h, (const uint8_t *)(uintptr_t)q->resp_raddr + q->resp_off,
-                                    flen);
+        int err = vemul_datagram(q, q->rdtx, &h,
+                                 (const uint8_t *)(uintptr_t)q->resp_raddr + q->resp_off, flen);
         if (err == EAGAIN) return EAGAIN;
         if (err) break;
         q->resp_off += flen;
@@ -247,6 +281,19 @@ static int vemul_send_response(struct vemul_qp *q)
     }
     q->resp_active = 0;
     return 0;
+}
+
+/* e's RDMA read request, to the peer's read socket: 0, EAGAIN or an errno */
+static int vemul_read_send_request(struct vemul_qp *q, struct vemul_swqe *e)
+{
+    int err = vemul_rd_connect(q);
+    if (err) return err;
+    struct vemul_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.opcode = VEMUL_OP_READ_REQ;
+    h.total_len = e->len; /* sizeof(struct vemul_read_req), unless damaged on purpose */
+    uint32_t flen = e->len < VEMUL_FRAG ? e->len : VEMUL_FRAG;
+    return vemul_datagram(q, q->rdtx, &h, e->data, flen);
 }
 
 /* e (the oldest unsent WR) is done: its completion, if signaled, frees
@@ -271,17 +318,29 @@ static void vemul_sq_complete(struct vemul_qp *q, struct vemul_swqe *e)
 static void vemul_progress_send(struct vemul_qp *q)
 {
     unsigned n = vemul_sq_size(q);
-    if (vemul_send_response(q) == EAGAIN) {
-        vemul_tx_wait(q);
-        return;
-    }
+    if (vemul_send_response(q) == EAGAIN) vemul_rd_wait(q);
     while (q->qp.state == IBV_QPS_RTS && q->sq_done < q->sq_count) {
         struct vemul_swqe *e = &q->sq[(q->sq_head + q->sq_done) % n];
         if (e->status != IBV_WC_SUCCESS) {
             vemul_send_fail(q, e->status);
             return;
         }
-        if (e->opcode == VEMUL_OP_READ_REQ && e->req_sent) break; /* awaits its response */
+        if (e->opcode == VEMUL_OP_READ_REQ) {
+            if (e->req_sent) break; /* awaits its response */
+            int err = vemul_read_send_request(q, e);
+            if (err == EAGAIN) { /* the engine sends it when there is room */
+                vemul_rd_wait(q);
+                break;
+            }
+            if (err) {
+                vemul_send_fail(q, vemul_tx_status(err));
+                return;
+            }
+            free(e->data);
+            e->data = NULL;
+            e->req_sent = 1;
+            break;
+        }
         int err = vemul_tx_connect(q);
         if (err) {
             vemul_send_fail(q, vemul_tx_status(err));
@@ -296,7 +355,7 @@ static void vemul_progress_send(struct vemul_qp *q)
             h.imm = e->imm;
             h.total_len = e->len;
             h.frag_off = e->sent_off;
-            err = vemul_tx_datagram(q, &h, e->data ? e->data + e->sent_off : NULL, flen);
+            err = vemul_datagram(q, q->txfd, &h, e->data ? e->data + e->sent_off : NULL, flen);
             if (err == EAGAIN) {
                 /* the peer's queue (or our send buffer) is full: the
                  * engine sends on, in order, when there is room */
@@ -309,12 +368,6 @@ static void vemul_progress_send(struct vemul_qp *q)
             }
             e->sent_off += flen;
         } while (e->sent_off < e->len);
-        if (e->opcode == VEMUL_OP_READ_REQ) { /* the request is out */
-            free(e->data);
-            e->data = NULL;
-            e->req_sent = 1;
-            break;
-        }
         vemul_sq_complete(q, e);
     }
     vemul_set_tx_blocked(q, 0);
@@ -323,6 +376,13 @@ static void vemul_progress_send(struct vemul_qp *q)
 /* ------------------------------------------------------------ the engine */
 
 static void vemul_progress_recv(struct vemul_qp *q);
+static void vemul_rd_input(struct vemul_qp *q);
+
+/* The engine answers q's RDMA reads from RTR on (its read socket). */
+static int vemul_rd_watch(const struct vemul_qp *q)
+{
+    return q->rdfd >= 0 && (q->qp.state == IBV_QPS_RTR || q->qp.state == IBV_QPS_RTS);
+}
 
 /* The engine receives for q: its receive CQ is armed and has a channel,
  * and q is in RTR or RTS with a receive posted (without one, datagrams
@@ -351,43 +411,65 @@ static void *vemul_engine(void *arg)
 {
     struct vemul_context *vc = arg;
     struct pollfd *fds = NULL;
+    struct vemul_qp **rd_of = NULL; /* fds[i] is rd_of[i]'s read socket, or NULL */
     size_t cap = 0;
     pthread_mutex_lock(&vc->lock);
     while (!vc->stop) {
         size_t want = 1;
         for (struct vemul_qp *q = vc->qps; q; q = q->next) {
+            if (q->rd_blocked) { /* a read response or request waits for room */
+                q->rd_blocked = 0;
+                if (vemul_send_response(q) == EAGAIN) q->rd_blocked = 1;
+                if (!q->tx_blocked) vemul_progress_send(q);
+            }
             if (q->tx_blocked) vemul_progress_send(q);
             if (vemul_rx_watch(q)) vemul_progress_recv(q); /* may raise the event */
-            q->tx_polled = q->rx_polled = 0;
+            q->tx_polled = q->rx_polled = q->rd_polled = 0;
             if (q->tx_blocked) want++;
             if (vemul_rx_watch(q)) want++;
+            if (vemul_rd_watch(q)) want++;
+            if (q->rd_blocked) want++;
         }
         int timeout = -1;
         if (want > cap) {
             struct pollfd *f = realloc(fds, want * sizeof(*fds));
-            if (f) {
-                fds = f;
-                cap = want;
-            }
+            if (f) fds = f;
+            struct vemul_qp **r = realloc(rd_of, want * sizeof(*rd_of));
+            if (r) rd_of = r;
+            if (f && r) cap = want;
         }
         size_t n = 0;
         if (cap) {
+            rd_of[n] = NULL;
             fds[n++] = (struct pollfd){.fd = vc->wake_fd, .events = POLLIN};
             for (struct vemul_qp *q = vc->qps; q && n < cap; q = q->next) {
                 if (q->tx_blocked) {
+                    rd_of[n] = NULL;
                     fds[n++] = (struct pollfd){.fd = q->txfd, .events = POLLOUT};
                     q->tx_polled = 1;
                 }
                 if (n < cap && vemul_rx_watch(q)) {
+                    rd_of[n] = NULL;
                     fds[n++] = (struct pollfd){.fd = q->fd, .events = POLLIN};
                     q->rx_polled = 1;
+                }
+                if (n < cap && vemul_rd_watch(q)) {
+                    rd_of[n] = q;
+                    fds[n++] = (struct pollfd){.fd = q->rdfd, .events = POLLIN};
+                    q->rd_polled = 1;
+                }
+                if (n < cap && q->rd_blocked) {
+                    rd_of[n] = NULL;
+                    fds[n++] = (struct pollfd){.fd = q->rdtx, .events = POLLOUT};
+                    q->rd_polled = 1;
                 }
             }
         }
         if (n < want) timeout = 1; /* out of memory: look again soon */
         pthread_mutex_unlock(&vc->lock);
+        int ready = 0;
         if (n) {
-            poll(fds, (nfds_t)n, timeout);
+            ready = poll(fds, (nfds_t)n, timeout);
             if (fds[0].revents & POLLIN) {
                 uint64_t v;
                 while (read(vc->wake_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
@@ -398,11 +480,16 @@ static void *vemul_engine(void *arg)
             nanosleep(&ts, NULL);
         }
         pthread_mutex_lock(&vc->lock);
+        /* reads: a QP destroyed meanwhile waits (ibv_destroy_qp) until this
+         * round is over, so it is not freed yet */
+        for (size_t i = 1; ready > 0 && i < n; i++)
+            if (rd_of[i] && (fds[i].revents & POLLIN)) vemul_rd_input(rd_of[i]);
         vc->round++;
         pthread_cond_broadcast(&vc->round_cond);
     }
     pthread_mutex_unlock(&vc->lock);
     free(fds);
+    free(rd_of);
     return NULL;
 }
 
@@ -483,39 +570,64 @@ static void vemul_scatter(const struct vemul_rwqe *w, uint32_t off, const uint8_
     }
 }
 
-/* Is the next datagram an RDMA read request or response? (Those need no
- * receive WQE.) */
-static int vemul_read_op_next(struct vemul_qp *q)
-{
-    struct vemul_hdr h;
-    for (;;) {
-        ssize_t r = recv(q->fd, &h, sizeof(h), MSG_DONTWAIT | MSG_PEEK);
-        if (r < 0 && errno == EINTR) continue;
-        return r == (ssize_t)sizeof(h) && h.magic == VEMUL_MAGIC &&
-               (h.opcode == VEMUL_OP_READ_REQ || h.opcode == VEMUL_OP_READ_RESP);
-    }
-}
-
-/* An RDMA read request of the peer (its body in vc->scratch): answered
- * from our memory if the key names an MR of the QP's PD that allows
- * remote reads and covers the range, else with a remote access error. */
-static void vemul_read_request(struct vemul_qp *q, const struct vemul_hdr *h, uint32_t flen)
+/* An RDMA read request of the peer: answered from our memory if the key
+ * names an MR of the QP's PD that allows remote reads and covers the
+ * range, else with a remote access error. */
+static void vemul_serve_read(struct vemul_qp *q, const struct vemul_read_req *rr)
 {
     struct vemul_context *vc = vemul_ctx(q->qp.context);
-    struct vemul_read_req rr;
-    if (h->total_len != sizeof(rr) || flen != sizeof(rr) || q->resp_active) {
-        q->dropped++; /* malformed, or a second one while we answer */
+    if (q->resp_active || (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS)) {
+        q->dropped++; /* a second one while we answer (never ours), or we cannot */
         return;
     }
-    memcpy(&rr, vc->scratch, sizeof(rr));
-    struct ibv_sge sge = {.addr = rr.raddr, .length = rr.len, .lkey = rr.rkey};
-    q->resp_err = rr.len > VEMUL_MAX_MSG ||
-                  (rr.len && vemul_sge_ok(vc, q->qp.pd, &sge, IBV_ACCESS_REMOTE_READ));
-    q->resp_raddr = rr.raddr;
-    q->resp_len = q->resp_err ? 0 : rr.len;
+    struct ibv_sge sge = {.addr = rr->raddr, .length = rr->len, .lkey = rr->rkey};
+    q->resp_err = rr->len > VEMUL_MAX_MSG ||
+                  (rr->len && vemul_sge_ok(vc, q->qp.pd, &sge, IBV_ACCESS_REMOTE_READ));
+    q->resp_raddr = rr->raddr;
+    q->resp_len = q->resp_err ? 0 : rr->len;
     q->resp_off = 0;
     q->resp_active = 1;
-    if (!q->tx_blocked && vemul_send_response(q) == EAGAIN) vemul_tx_wait(q);
+    if (vemul_send_response(q) == EAGAIN) vemul_rd_wait(q);
+}
+
+static void vemul_read_response(struct vemul_qp *q, const struct vemul_hdr *h, uint32_t flen);
+
+/* What waits in q's read socket (the engine, as an HCA would, whatever the
+ * process does): requests of the peer's reads, responses to ours. */
+static void vemul_rd_input(struct vemul_qp *q)
+{
+    struct vemul_context *vc = vemul_ctx(q->qp.context);
+    for (;;) {
+        struct vemul_hdr h;
+        struct iovec iov[2] = {{&h, sizeof(h)}, {vc->scratch, VEMUL_FRAG}};
+        struct msghdr m;
+        memset(&m, 0, sizeof(m));
+        m.msg_iov = iov;
+        m.msg_iovlen = 2;
+        ssize_t r = recvmsg(q->rdfd, &m, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        uint32_t flen = (uint32_t)((size_t)r - sizeof(h));
+        if ((size_t)r < sizeof(h) || (m.msg_flags & MSG_TRUNC) || h.magic != VEMUL_MAGIC ||
+            h.version != VEMUL_VERSION || h.src_lid != q->dlid || h.src_qpn != q->dqpn ||
+            q->qp.state == IBV_QPS_ERR) {
+            q->dropped++; /* garbage, foreign, or we are down */
+            continue;
+        }
+        if (h.opcode == VEMUL_OP_READ_REQ && h.total_len == sizeof(struct vemul_read_req) &&
+            flen == sizeof(struct vemul_read_req)) {
+            struct vemul_read_req rr;
+            memcpy(&rr, vc->scratch, sizeof(rr));
+            vemul_serve_read(q, &rr);
+        } else if (h.opcode == VEMUL_OP_READ_RESP && h.total_len <= VEMUL_MAX_MSG &&
+                   h.frag_off <= h.total_len && flen <= h.total_len - h.frag_off) {
+            vemul_read_response(q, &h, flen);
+        } else {
+            q->dropped++;
+        }
+    }
 }
 
 /* A fragment of the response to our oldest unsent WR, an RDMA read whose
@@ -561,10 +673,9 @@ static void vemul_progress_recv(struct vemul_qp *q)
             vemul_discard_incoming(q);
             return;
         }
-        /* no receive posted (RNR): a SEND stays in the socket, in order,
-         * and the sender's later datagrams wait behind it; RDMA read
-         * requests and responses need no receive */
-        if (!q->rx_active && !q->rq_count && !vemul_read_op_next(q)) return;
+        /* no receive posted (RNR): the datagram stays in the socket, in
+         * order, and the sender's later datagrams wait behind it */
+        if (!q->rx_active && !q->rq_count) return;
 
         struct vemul_hdr h;
         struct iovec iov[2] = {{&h, sizeof(h)}, {vc->scratch, VEMUL_FRAG}};
@@ -579,7 +690,7 @@ static void vemul_progress_recv(struct vemul_qp *q)
         }
         if ((size_t)r < sizeof(h) || (m.msg_flags & MSG_TRUNC) || h.magic != VEMUL_MAGIC ||
             h.version != VEMUL_VERSION ||
-            h.opcode < VEMUL_OP_SEND || h.opcode > VEMUL_OP_READ_RESP ||
+            (h.opcode != VEMUL_OP_SEND && h.opcode != VEMUL_OP_SEND_IMM) ||
             h.total_len > VEMUL_MAX_MSG || h.frag_off > h.total_len ||
             (uint32_t)((size_t)r - sizeof(h)) > h.total_len - h.frag_off) {
             q->dropped++; /* garbage */
@@ -590,18 +701,6 @@ static void vemul_progress_recv(struct vemul_qp *q)
             continue;
         }
         uint32_t flen = (uint32_t)((size_t)r - sizeof(h));
-        if (h.opcode == VEMUL_OP_READ_REQ) {
-            vemul_read_request(q, &h, flen);
-            continue;
-        }
-        if (h.opcode == VEMUL_OP_READ_RESP) {
-            vemul_read_response(q, &h, flen);
-            continue;
-        }
-        if (!q->rx_active && !q->rq_count) { /* a SEND after all: cannot be */
-            q->dropped++;
-            continue;
-        }
         if (h.frag_off == 0) {
             /* a new message (one cut short before, if any, is abandoned) */
             if (vemul_rwqe_capacity(&q->rq[q->rq_head]) < h.total_len) {
@@ -671,6 +770,8 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
     }
     q->fd = -1;
     q->txfd = -1;
+    q->rdfd = -1;
+    q->rdtx = -1;
     q->cap = *cap;
     if (!q->cap.max_send_sge) q->cap.max_send_sge = 1;
     if (!q->cap.max_recv_sge) q->cap.max_recv_sge = 1;
@@ -686,9 +787,16 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
         struct sockaddr_un sa;
         qpn = vemul_random() & 0xffffff;
         if (qpn < 2) continue; /* QP0 and QP1 are special */
-        socklen_t len = vemul_addr(&sa, vc->lid, qpn);
+        socklen_t len = vemul_addr(&sa, vc->lid, qpn, 0);
         if (bind(q->fd, (struct sockaddr *)&sa, len) == 0) break;
         if (errno != EADDRINUSE || tries == 1000) goto err_errno;
+    }
+    q->rdfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (q->rdfd < 0) goto err_errno;
+    {
+        struct sockaddr_un sa;
+        socklen_t len = vemul_addr(&sa, vc->lid, qpn, 1);
+        if (bind(q->rdfd, (struct sockaddr *)&sa, len) < 0) goto err_errno;
     }
 
     q->sq_sig_all = attr->sq_sig_all;
@@ -725,6 +833,7 @@ err_nomem:
 err_errno: {
     int e = errno;
     if (q->fd >= 0) close(q->fd);
+    if (q->rdfd >= 0) close(q->rdfd);
     free(q->sq);
     free(q->rq);
     free(q);
@@ -737,6 +846,8 @@ void vemul_qp_free(struct vemul_qp *q)
 {
     vemul_drop_all(q, 0);
     close(q->fd);
+    if (q->rdfd >= 0) close(q->rdfd);
+    vemul_rd_close(q);
     vemul_tx_close(q);
     pthread_mutex_destroy(&q->qp.mutex);
     pthread_cond_destroy(&q->qp.cond);
@@ -760,7 +871,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
     }
     *pp = q->next;
     epoll_ctl(((struct vemul_cq *)qp->recv_cq)->rx_ep, EPOLL_CTL_DEL, q->fd, NULL);
-    if ((q->tx_polled || q->rx_polled) && vc->pid == getpid()) {
+    if ((q->tx_polled || q->rx_polled || q->rd_polled) && vc->pid == getpid()) {
         /* the engine's poll() holds the sockets (a closed fd would not end
          * it, and the receive socket's name would stay bound until it
          * ends): wake it and wait until it is out (not in a forked child,
@@ -848,6 +959,7 @@ static int vemul_modify(struct vemul_qp *q, struct ibv_qp_attr *a, int mask)
         vemul_drop_all(q, 0);
         vemul_discard_incoming(q);
         vemul_tx_close(q);
+        vemul_rd_close(q);
         q->dlid = 0;
         q->dqpn = 0;
         break;
@@ -858,8 +970,11 @@ static int vemul_modify(struct vemul_qp *q, struct ibv_qp_attr *a, int mask)
     case IBV_QPS_RTR: {
         q->dlid = dlid;
         q->dqpn = a->dest_qp_num;
-        q->peer_len = vemul_addr(&q->peer, dlid, a->dest_qp_num);
+        q->peer_len = vemul_addr(&q->peer, dlid, a->dest_qp_num, 0);
+        q->peer_rd_len = vemul_addr(&q->peer_rd, dlid, a->dest_qp_num, 1);
+        vemul_kick(vemul_ctx(q->qp.context)); /* the engine answers its reads from now on */
         vemul_tx_close(q);
+        vemul_rd_close(q);
         int err = vemul_tx_connect(q);
         if (err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS) return err;
         /* a peer that does not exist yet: connected at the first send */

@@ -95,6 +95,7 @@ int openib_dev_open(void)
     openib_dev.lid       = (uint16_t)(pattr.lid + openib_cfg.lid_offset);
     openib_dev.mtu       = cfg_mtu(pattr.active_mtu);
     openib_dev.max_cqe   = dattr.max_cqe > 0 ? dattr.max_cqe : 1;
+    openib_dev.max_msg   = pattr.max_msg_sz ? pattr.max_msg_sz : 1u << 20;
     pscom_list_init(&openib_dev.cons);
     plog_dbg("openib: %s port %u lid %u mtu %d", openib_dev.name, port, openib_dev.lid,
              128 << openib_dev.mtu);

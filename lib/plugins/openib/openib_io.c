@@ -158,7 +158,7 @@ static int openib_write(openib_con_t *oc, int may_harvest)
 void openib_write_start(pscom_con_t *con)
 {
     openib_con_t *oc = openib_con(con);
-    if (!oc->started) return;
+    if (!oc->started || oc->delivering) return; /* delivering: openib_con_progress writes */
     openib_wake(); /* a send from another thread while a wait sleeps */
     openib_write(oc, 1);
 }
@@ -171,7 +171,7 @@ int openib_write_now(pscom_con_t *con, void *priv, const void *head, size_t hlen
                      const void *data, size_t dlen)
 {
     openib_con_t *oc = priv;
-    if (!oc->started || oc->closed || oc->failed || oc->in_write ||
+    if (!oc->started || oc->closed || oc->failed || oc->in_write || oc->delivering ||
         hlen + dlen > OPENIB_PAYLOAD_MAX || oc->send_busy >= oc->nsend || oc->credits < 2)
         return 0;
     char *payload = openib_send_slot(oc, oc->send_head) + sizeof(openib_pkt_hdr_t);
@@ -236,8 +236,14 @@ static int handle_recv(openib_con_t *oc, const struct ibv_wc *wc, int credited)
      * that our own EOF message may need. */
     if (len && !oc->read_stopped) {
         const char *payload = openib_recv_slot(oc, slot) + sizeof(hdr);
-        int stop            = (hdr.flags & OPENIB_PKT_WHOLE) ? pscom_read_msg(oc->con, payload, len)
-                                                             : pscom_read_feed(oc->con, payload, len);
+        /* what the core writes meanwhile (an answer: a rendezvous FIN or
+         * CTS, a reply from a callback) waits until this slot is posted
+         * again, so that its packet returns the slot's credit: the peer
+         * may wait for nothing else (openib_write_start) */
+        oc->delivering = 1;
+        int stop       = (hdr.flags & OPENIB_PKT_WHOLE) ? pscom_read_msg(oc->con, payload, len)
+                                                        : pscom_read_feed(oc->con, payload, len);
+        oc->delivering = 0;
         if (oc->closed) return 1;
         if (stop) oc->read_stopped = 1;
     }
@@ -282,7 +288,12 @@ static int handle_wc(openib_con_t *oc, const struct ibv_wc *wc, int credited)
  * (the write path that took it may need them now). */
 void openib_con_stash(openib_con_t *oc, const struct ibv_wc *wc)
 {
-    if (wc->status == IBV_WC_SUCCESS && (openib_wr_slot_bits(wc->wr_id) & OPENIB_WR_SEND)) {
+    uint32_t bits = openib_wr_slot_bits(wc->wr_id);
+    if (bits == OPENIB_WR_READ) { /* openib_rndv_read() waits for it */
+        oc->read_busy   = 0;
+        oc->read_status = wc->status;
+        if (wc->status == IBV_WC_SUCCESS) return;
+    } else if (wc->status == IBV_WC_SUCCESS && (bits & OPENIB_WR_SEND)) {
         oc->send_busy--;
         return;
     }

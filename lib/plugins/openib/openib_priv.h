@@ -24,6 +24,7 @@ typedef struct openib_cfg {
     unsigned pending_tokens; /* credits owed before they go back alone */
     int lid_offset;          /* added to the port's LID in the handshake */
     unsigned rendezvous;     /* pscom-level rendezvous threshold */
+    unsigned rdma_read;      /* rendezvous messages of this size on are read by RDMA */
     int global_sendq;        /* accepted, not supported (said once) */
     int event_cnt;
     int ignore_wrong_opcodes;
@@ -75,6 +76,7 @@ typedef struct openib_dev {
     enum ibv_mtu mtu;         /* path MTU we use */
     char name[64];
     int max_cqe;              /* the device's */
+    uint32_t max_msg;         /* the port's largest message (one RDMA read) */
     pscom_poller_t poller;    /* one for all connections */
     struct ibv_comp_channel *chan; /* the completion queue's; NULL: none */
     pscom_ufd_t chan_ufd;     /* its fd, in the epoll set while we sleep */
@@ -122,6 +124,9 @@ struct openib_con {
     unsigned peer_recvq;      /* the peer's receive slots (credits at most) */
     size_t cur_off;           /* bytes of the oldest queued message already sent */
     int in_write;             /* re-entrancy guard of openib_write */
+    int read_busy;            /* an RDMA read (openib_rdma.c) is in flight */
+    struct ibv_mr *read_mr;   /* the region of one given up while in flight */
+    enum ibv_wc_status read_status; /* ... and how it ended */
 
     /* receiving */
     openib_stash_t *stash;    /* ring of stash_cap: completions taken, not yet handled */
@@ -138,6 +143,7 @@ struct openib_con {
     unsigned closed : 1;
     unsigned failed : 1;      /* an error was reported */
     unsigned read_stopped : 1; /* the core reads no more (the peer's EOF came) */
+    unsigned delivering : 1;  /* a packet is with the core (openib_io.c, handle_recv) */
 };
 
 static inline openib_con_t *openib_con(pscom_con_t *con)
@@ -156,8 +162,9 @@ static inline char *openib_send_slot(openib_con_t *oc, unsigned i)
 }
 
 /* wr_id of a work request: the connection's id in the upper 32 bits, the
- * slot and its direction in the lower */
+ * slot and its direction in the lower (or READ: an RDMA read) */
 #define OPENIB_WR_SEND 0x80000000u
+#define OPENIB_WR_READ 0x40000000u
 
 static inline uint64_t openib_wr_id(const openib_con_t *oc, uint32_t slot_bits)
 {
@@ -219,6 +226,11 @@ void openib_drain_sends(openib_con_t *oc);
 void openib_con_stash(openib_con_t *oc, const struct ibv_wc *wc);
 /* post the next send slot's first len bytes (the packet as it is there) */
 int openib_slot_post(openib_con_t *oc, size_t len);
+
+/* openib_rdma.c: rendezvous by RDMA read (plugin ops rndv_*) */
+uint64_t openib_rndv_export(pscom_con_t *con, const void *buf, size_t len, void **handle);
+void openib_rndv_release(pscom_con_t *con, void *handle);
+int openib_rndv_read(pscom_con_t *con, void *dst, uint64_t src, uint64_t key, size_t len);
 
 /* openib_wait.c: blocked waits sleep on the completion channel */
 int openib_wait_init(void);

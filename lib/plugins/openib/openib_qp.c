@@ -47,8 +47,9 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
     oc->nsend = openib_cfg.sendq_size;
     size_t len = (size_t)(oc->nrecv + oc->nsend) * OPENIB_SLOT_SIZE;
     what = "buffer";
-    /* every completion the connection can have outstanding, and one */
-    oc->stash_cap = oc->nrecv + oc->nsend + 1;
+    /* every completion the connection can have outstanding (with a read),
+     * and one */
+    oc->stash_cap = oc->nrecv + oc->nsend + 2;
     oc->stash     = calloc(oc->stash_cap, sizeof(*oc->stash));
     if (!oc->stash || posix_memalign((void **)&oc->buf, 4096, len)) goto err;
     memset(oc->buf, 0, len);
@@ -63,7 +64,8 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
     struct ibv_qp_init_attr qa = {
         .send_cq = openib_con_cq(oc),
         .recv_cq = openib_con_cq(oc),
-        .cap     = {.max_send_wr = oc->nsend, .max_recv_wr = oc->nrecv,
+        /* one more send WR: an RDMA read (openib_rdma.c) */
+        .cap     = {.max_send_wr = oc->nsend + 1, .max_recv_wr = oc->nrecv,
                     .max_send_sge = 1, .max_recv_sge = 1},
         .qp_type = IBV_QPT_RC,
         .sq_sig_all = 1,
@@ -94,6 +96,8 @@ void openib_con_resources_free(openib_con_t *oc)
     openib_con_quiesce(oc); /* none of its completions left in the queue */
     openib_con_unregister(oc);
     if (oc->qp) ibv_destroy_qp(oc->qp);
+    if (oc->read_mr) ibv_dereg_mr(oc->read_mr);
+    oc->read_mr = NULL;
     if (oc->mr) ibv_dereg_mr(oc->mr);
     free(oc->buf);
     free(oc->stash);

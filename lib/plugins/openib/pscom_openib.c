@@ -58,8 +58,10 @@ static const pscom_env_entry_t openib_env[] = {
      PSCOM_ENV_INT, 0},
     {"RENDEZVOUS", "40000", "pscom-level rendezvous threshold over openib",
      &openib_cfg.rendezvous, PSCOM_ENV_UINT, PSCOM_ENV_HAS_PARENT},
-    {"RNDV_FALLBACKS", "1", "accepted for compatibility (no memory is registered per message)",
-     &openib_cfg.rndv_fallbacks, PSCOM_ENV_INT, 0},
+    {"RNDV_FALLBACKS", "1", "accepted for compatibility (a buffer that cannot be registered "
+     "always goes through the slots)", &openib_cfg.rndv_fallbacks, PSCOM_ENV_INT, 0},
+    {"RDMA_READ", "131072", "rendezvous messages of this size on are read by RDMA (zero copy); "
+     "smaller ones go through the slots (inf: none)", &openib_cfg.rdma_read, PSCOM_ENV_UINT, 0},
     {"PENDING_TOKENS", "auto", "credits owed before they are returned alone "
      "(auto: RECVQ_SIZE - 6)", &openib_cfg.pending_tokens, PSCOM_ENV_UINT, 0},
     {"MCACHE_SIZE", "0", "registration cache entries (none: no memory is registered per "
@@ -273,6 +275,9 @@ static int openib_con_start(pscom_con_t *con, int *fd)
     pscom_con_set_rendezvous_size(con, openib_cfg.rendezvous >= PSCOM_ENV_UINT_INF
                                            ? SIZE_MAX
                                            : (size_t)openib_cfg.rendezvous);
+    pscom_con_set_rma_direct_size(con, openib_cfg.rdma_read >= PSCOM_ENV_UINT_INF
+                                           ? SIZE_MAX
+                                           : (size_t)openib_cfg.rdma_read);
     plog_dbg("%s: openib: started (qpn %u, %u/%u slots, %u credits)", pscom_con_name(con),
              oc->qp->qp_num, oc->nrecv, oc->nsend, oc->credits);
     return 0;
@@ -307,6 +312,9 @@ static const pscom_plugin_ops_t openib_ops = {
     .write_start = openib_write_start,
     .write_now   = openib_write_now,
     .close       = openib_close,
+    .rndv_export = openib_rndv_export,
+    .rndv_release = openib_rndv_release,
+    .rndv_read   = openib_rndv_read,
 };
 
 PSCOM_PLUGIN_DEFINE(openib) = {
@@ -316,7 +324,7 @@ PSCOM_PLUGIN_DEFINE(openib) = {
     .con_type      = PSCOM_CON_TYPE_OPENIB,
     .priority      = 50, /* shm 90 > openib 50 > ucp 30 > tcp 10 */
     .user_priority = 0,  /* off unless PSP_OPENIB is set */
-    .caps          = 0,
+    .caps          = PSCOM_PLUGIN_CAP_RNDV_READ, /* with a key: openib_rdma.c */
     .con_priv_size = sizeof(openib_con_t),
     .ops           = &openib_ops,
 };
