@@ -160,6 +160,8 @@ struct vemul_qp {
      * peer's (peer_rd), rd_blocked when it is full */
     int rdfd, rdtx;
     int rd_connected, rd_blocked;
+    unsigned access;          /* qp_access_flags: IBV_ACCESS_REMOTE_READ to answer reads */
+    uint8_t max_dest_rd;      /* max_dest_rd_atomic: 0 answers no reads */
     struct sockaddr_un peer_rd;
     socklen_t peer_rd_len;
     struct sockaddr_un peer;
@@ -187,7 +189,8 @@ struct vemul_qp {
     /* the RDMA read we answer (one at a time: a requester waits for each
      * response before it sends on), sent before our own WRs */
     int resp_active;
-    uint8_t resp_err; /* remote access error: one datagram without data */
+    uint8_t resp_err; /* 1: remote access error, 2: invalid request (the QP
+                         allows no reads); one datagram without data */
     uint64_t resp_raddr;
     uint32_t resp_len, resp_off;
 };

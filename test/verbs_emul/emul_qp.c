@@ -581,8 +581,11 @@ static void vemul_serve_read(struct vemul_qp *q, const struct vemul_read_req *rr
         return;
     }
     struct ibv_sge sge = {.addr = rr->raddr, .length = rr->len, .lkey = rr->rkey};
-    q->resp_err = rr->len > VEMUL_MAX_MSG ||
-                  (rr->len && vemul_sge_ok(vc, q->qp.pd, &sge, IBV_ACCESS_REMOTE_READ));
+    if (!(q->access & IBV_ACCESS_REMOTE_READ) || !q->max_dest_rd)
+        q->resp_err = 2; /* the QP takes no reads */
+    else
+        q->resp_err = rr->len > VEMUL_MAX_MSG ||
+                      (rr->len && vemul_sge_ok(vc, q->qp.pd, &sge, IBV_ACCESS_REMOTE_READ));
     q->resp_raddr = rr->raddr;
     q->resp_len = q->resp_err ? 0 : rr->len;
     q->resp_off = 0;
@@ -644,7 +647,7 @@ static void vemul_read_response(struct vemul_qp *q, const struct vemul_hdr *h, u
         return;
     }
     if (h->imm) { /* the responder refused */
-        vemul_send_fail(q, IBV_WC_REM_ACCESS_ERR);
+        vemul_send_fail(q, h->imm == 2 ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_ACCESS_ERR);
         return;
     }
     if (h->total_len != e->post_len || h->frag_off != e->rd_off) {
@@ -952,6 +955,9 @@ static int vemul_modify(struct vemul_qp *q, struct ibv_qp_attr *a, int mask)
                                     : a->ah_attr.dlid;
         if (!dlid) return EINVAL;
     }
+
+    if (mask & IBV_QP_ACCESS_FLAGS) q->access = a->qp_access_flags;
+    if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) q->max_dest_rd = a->max_dest_rd_atomic;
 
     switch (to) {
     case IBV_QPS_RESET:

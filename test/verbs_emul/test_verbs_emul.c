@@ -132,10 +132,12 @@ static void ep_close(struct ep *e)
     free(e->buf);
 }
 
+static unsigned qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ; /* to_init's */
+
 static int to_init(struct ibv_qp *qp)
 {
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-                            .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
+                            .qp_access_flags = qp_access};
     return ibv_modify_qp(qp, &a,
                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
@@ -1414,6 +1416,19 @@ static void test_rdma_read(void **state)
     assert_int_equal(post_read(&a, 6, 0, 64, (uintptr_t)b.buf, 0x7777), 0);
     assert_int_equal(poll_both(&a, wc, 1, &b), 1);
     assert_int_equal(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+    ep_close(&a);
+    ep_close(&b);
+
+    /* a responder QP without IBV_ACCESS_REMOTE_READ takes no reads */
+    qp_access = IBV_ACCESS_LOCAL_WRITE;
+    pair_open(&a, &b, &cfg_default);
+    qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+    rmr = ibv_reg_mr(b.pd, b.buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    assert_non_null(rmr);
+    assert_int_equal(post_read(&a, 7, 0, 64, (uintptr_t)b.buf, rmr->rkey), 0);
+    assert_int_equal(poll_both(&a, wc, 1, &b), 1);
+    assert_int_equal(wc[0].status, IBV_WC_REM_INV_REQ_ERR);
+    assert_int_equal(ibv_dereg_mr(rmr), 0);
     ep_close(&a);
     ep_close(&b);
 }

@@ -32,7 +32,7 @@ static int qp_init(openib_con_t *oc)
         .qp_state        = IBV_QPS_INIT,
         .pkey_index      = 0,
         .port_num        = openib_dev.port,
-        .qp_access_flags = 0,
+        .qp_access_flags = IBV_ACCESS_REMOTE_READ, /* the peer reads large messages */
     };
     return ibv_modify_qp(oc->qp, &a,
                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
