@@ -167,25 +167,38 @@ static void vemul_kick(struct vemul_context *vc)
     }
 }
 
+/* a sending socket (*fd, -1: none yet) connected to the name to (lazily,
+ * once the peer exists): 0 or an errno */
+static int vemul_sock_connect(int *fd, int *connected, const struct sockaddr_un *to,
+                              socklen_t len)
+{
+    if (*connected) return 0;
+    if (*fd < 0) {
+        *fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (*fd < 0) return errno;
+    }
+    while (connect(*fd, (const struct sockaddr *)to, len) < 0)
+        if (errno != EINTR) return errno;
+    *connected = 1;
+    return 0;
+}
+
+static void vemul_sock_close(int *fd, int *connected)
+{
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+    *connected = 0;
+}
+
 static void vemul_tx_close(struct vemul_qp *q)
 {
-    if (q->txfd >= 0) close(q->txfd);
-    q->txfd = -1;
-    q->tx_connected = 0;
+    vemul_sock_close(&q->txfd, &q->tx_connected);
 }
 
 /* connects the send socket to the peer's; 0 or an errno */
 static int vemul_tx_connect(struct vemul_qp *q)
 {
-    if (q->tx_connected) return 0;
-    if (q->txfd < 0) {
-        q->txfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (q->txfd < 0) return errno;
-    }
-    while (connect(q->txfd, (struct sockaddr *)&q->peer, q->peer_len) < 0)
-        if (errno != EINTR) return errno;
-    q->tx_connected = 1;
-    return 0;
+    return vemul_sock_connect(&q->txfd, &q->tx_connected, &q->peer, q->peer_len);
 }
 
 static enum ibv_wc_status vemul_tx_status(int err)
@@ -230,22 +243,12 @@ static void vemul_tx_wait(struct vemul_qp *q)
  * wait for a receive, as on an HCA) */
 static int vemul_rd_connect(struct vemul_qp *q)
 {
-    if (q->rd_connected) return 0;
-    if (q->rdtx < 0) {
-        q->rdtx = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (q->rdtx < 0) return errno;
-    }
-    while (connect(q->rdtx, (struct sockaddr *)&q->peer_rd, q->peer_rd_len) < 0)
-        if (errno != EINTR) return errno;
-    q->rd_connected = 1;
-    return 0;
+    return vemul_sock_connect(&q->rdtx, &q->rd_connected, &q->peer_rd, q->peer_rd_len);
 }
 
 static void vemul_rd_close(struct vemul_qp *q)
 {
-    if (q->rdtx >= 0) close(q->rdtx);
-    q->rdtx = -1;
-    q->rd_connected = 0;
+    vemul_sock_close(&q->rdtx, &q->rd_connected);
     q->rd_blocked = 0;
 }
 
@@ -595,37 +598,49 @@ static void vemul_serve_read(struct vemul_qp *q, const struct vemul_read_req *rr
 
 static void vemul_read_response(struct vemul_qp *q, const struct vemul_hdr *h, uint32_t flen);
 
+/* One datagram from fd into h and vc->scratch: 1 (its payload is *flen
+ * bytes, it is whole, from the connected peer, of a length its header
+ * allows), 0 (none waits), or -1 (one was dropped: garbage, or foreign). */
+static int vemul_rx_datagram(struct vemul_qp *q, int fd, struct vemul_hdr *h, uint32_t *flen)
+{
+    struct vemul_context *vc = vemul_ctx(q->qp.context);
+    struct iovec iov[2] = {{h, sizeof(*h)}, {vc->scratch, VEMUL_FRAG}};
+    struct msghdr m;
+    memset(&m, 0, sizeof(m));
+    m.msg_iov = iov;
+    m.msg_iovlen = 2;
+    ssize_t r;
+    while ((r = recvmsg(fd, &m, MSG_DONTWAIT)) < 0)
+        if (errno != EINTR) return 0;
+    *flen = (uint32_t)((size_t)r - sizeof(*h));
+    if ((size_t)r < sizeof(*h) || (m.msg_flags & MSG_TRUNC) || h->magic != VEMUL_MAGIC ||
+        h->version != VEMUL_VERSION || h->total_len > VEMUL_MAX_MSG ||
+        h->frag_off > h->total_len || *flen > h->total_len - h->frag_off ||
+        h->src_lid != q->dlid || h->src_qpn != q->dqpn) {
+        q->dropped++;
+        return -1;
+    }
+    return 1;
+}
+
 /* What waits in q's read socket (the engine, as an HCA would, whatever the
  * process does): requests of the peer's reads, responses to ours. */
 static void vemul_rd_input(struct vemul_qp *q)
 {
     struct vemul_context *vc = vemul_ctx(q->qp.context);
-    for (;;) {
-        struct vemul_hdr h;
-        struct iovec iov[2] = {{&h, sizeof(h)}, {vc->scratch, VEMUL_FRAG}};
-        struct msghdr m;
-        memset(&m, 0, sizeof(m));
-        m.msg_iov = iov;
-        m.msg_iovlen = 2;
-        ssize_t r = recvmsg(q->rdfd, &m, MSG_DONTWAIT);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return;
-        }
-        uint32_t flen = (uint32_t)((size_t)r - sizeof(h));
-        if ((size_t)r < sizeof(h) || (m.msg_flags & MSG_TRUNC) || h.magic != VEMUL_MAGIC ||
-            h.version != VEMUL_VERSION || h.src_lid != q->dlid || h.src_qpn != q->dqpn ||
-            q->qp.state == IBV_QPS_ERR) {
-            q->dropped++; /* garbage, foreign, or we are down */
-            continue;
-        }
-        if (h.opcode == VEMUL_OP_READ_REQ && h.total_len == sizeof(struct vemul_read_req) &&
-            flen == sizeof(struct vemul_read_req)) {
+    struct vemul_hdr h;
+    uint32_t flen;
+    int got;
+    while ((got = vemul_rx_datagram(q, q->rdfd, &h, &flen)) != 0) {
+        if (got < 0) continue;
+        if (q->qp.state == IBV_QPS_ERR) {
+            q->dropped++; /* we are down */
+        } else if (h.opcode == VEMUL_OP_READ_REQ && h.total_len == sizeof(struct vemul_read_req) &&
+                   flen == sizeof(struct vemul_read_req)) {
             struct vemul_read_req rr;
             memcpy(&rr, vc->scratch, sizeof(rr));
             vemul_serve_read(q, &rr);
-        } else if (h.opcode == VEMUL_OP_READ_RESP && h.total_len <= VEMUL_MAX_MSG &&
-                   h.frag_off <= h.total_len && flen <= h.total_len - h.frag_off) {
+        } else if (h.opcode == VEMUL_OP_READ_RESP) {
             vemul_read_response(q, &h, flen);
         } else {
             q->dropped++;
@@ -681,29 +696,14 @@ static void vemul_progress_recv(struct vemul_qp *q)
         if (!q->rx_active && !q->rq_count) return;
 
         struct vemul_hdr h;
-        struct iovec iov[2] = {{&h, sizeof(h)}, {vc->scratch, VEMUL_FRAG}};
-        struct msghdr m;
-        memset(&m, 0, sizeof(m));
-        m.msg_iov = iov;
-        m.msg_iovlen = 2;
-        ssize_t r = recvmsg(q->fd, &m, MSG_DONTWAIT);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return;
-        }
-        if ((size_t)r < sizeof(h) || (m.msg_flags & MSG_TRUNC) || h.magic != VEMUL_MAGIC ||
-            h.version != VEMUL_VERSION ||
-            (h.opcode != VEMUL_OP_SEND && h.opcode != VEMUL_OP_SEND_IMM) ||
-            h.total_len > VEMUL_MAX_MSG || h.frag_off > h.total_len ||
-            (uint32_t)((size_t)r - sizeof(h)) > h.total_len - h.frag_off) {
+        uint32_t flen;
+        int got = vemul_rx_datagram(q, q->fd, &h, &flen);
+        if (got == 0) return;
+        if (got < 0) continue;
+        if (h.opcode != VEMUL_OP_SEND && h.opcode != VEMUL_OP_SEND_IMM) {
             q->dropped++; /* garbage */
             continue;
         }
-        if (h.src_lid != q->dlid || h.src_qpn != q->dqpn) {
-            q->dropped++; /* not from the connected peer */
-            continue;
-        }
-        uint32_t flen = (uint32_t)((size_t)r - sizeof(h));
         if (h.frag_off == 0) {
             /* a new message (one cut short before, if any, is abandoned) */
             if (vemul_rwqe_capacity(&q->rq[q->rq_head]) < h.total_len) {
