@@ -205,9 +205,13 @@ int main(void)
     setenv("PSP_SHM", "0", 0);
     setenv("PSP_UCP", "0", 0);
     /* one descriptor per connection; over ucp also the handshake socket
-     * kept as a death detector and (UCX's tcp) UCX's own socket */
-    const char *ucp = getenv("PSP_UCP");
-    rlim_t need     = ucp && strcmp(ucp, "0") ? 2 * TOTAL + 200 : TOTAL + 100;
+     * kept as a death detector and (UCX's tcp) UCX's own socket; over
+     * openib on the software HCA the handshake socket and four sockets
+     * per queue pair */
+    const char *ucp = getenv("PSP_UCP"), *oib = getenv("PSP_OPENIB");
+    rlim_t need     = oib && strcmp(oib, "0")   ? 5 * TOTAL + 200
+                      : ucp && strcmp(ucp, "0") ? 2 * TOTAL + 200
+                                                : TOTAL + 100;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
         if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
