@@ -191,6 +191,49 @@ static int rd_client(tu_ctx_t *ctx)
     return rd_role(ctx, 0);
 }
 
+/* The sender dies as the receiver's read request reaches it (the software
+ * HCA's read_exit): the read ends when the handshake socket says the peer
+ * is gone, the receive with an error, and con_error is called; no hang. */
+static int rd_death_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error     = tu_on_con_error;
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    TU_ASSERT_EQ(con->type, PSCOM_CON_TYPE_OPENIB);
+    size_t len         = 1u << 20;
+    unsigned char *buf = tu_malloc(len);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1); /* the send is posted */
+    pscom_request_t *r = tu_post_recv(con, buf, len, 4);
+    pscom_wait(r);
+    TU_ASSERT_MSG(!pscom_req_successful(r), "the receive from a dead sender succeeded: [%s]",
+                  tu_state_str(r->state));
+    while (!tu_error_of(con)) pscom_wait_any();
+    int gone = tu_log_file_count("RDMA read given up: the peer is gone");
+    TU_ASSERT_MSG(gone == 1, "the read was given up %d times, want once", gone);
+    pscom_request_free(r);
+    free(buf);
+    pscom_close_socket(sock);
+    tu_log_file_remove();
+    return 0;
+}
+
+static int rd_death_client(tu_ctx_t *ctx)
+{
+    setenv("VERBS_EMUL_FAIL", "read_exit", 1); /* before the device is opened */
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    size_t len              = 1u << 20;
+    unsigned char *buf      = tu_malloc(len);
+    uint32_t seed           = 7;
+    tu_fill(buf, len, seed);
+    pscom_request_t *s = pscom_request_create(sizeof(seed), 0);
+    pscom_req_prepare(s, con, buf, len, &seed, sizeof(seed));
+    pscom_post_send(s);
+    tu_signal(ctx, TU_SERVER, 1);
+    for (;;) pscom_wait_any(); /* until the read request ends the process */
+    return 1;                  /* not reached */
+}
+
 static const rd_case_t rd_cases[] = {
     {"rdma_read", NULL, NULL},
     {"rdma_read_server_cannot_register", "reg_mr", NULL},
@@ -284,6 +327,7 @@ int main(void)
         rcur = &rd_cases[i];
         if (tu_run(rcur->name, 1, rd_server, rd_client, NULL)) return 1;
     }
+    if (tu_run("rdma_read_sender_dies", 1, rd_death_server, rd_death_client, NULL)) return 1;
     tu_log_files("itest_openib", 3);
     for (size_t i = 0; i < sizeof(gb_cases) / sizeof(gb_cases[0]); i++) {
         gcur = &gb_cases[i];

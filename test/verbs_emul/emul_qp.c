@@ -579,6 +579,7 @@ static void vemul_scatter(const struct vemul_rwqe *w, uint32_t off, const uint8_
 static void vemul_serve_read(struct vemul_qp *q, const struct vemul_read_req *rr)
 {
     struct vemul_context *vc = vemul_ctx(q->qp.context);
+    if (vemul_fail("read_exit")) _exit(0); /* a peer that dies with a read in flight */
     if (q->resp_active || (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS)) {
         q->dropped++; /* a second one while we answer (never ours), or we cannot */
         return;

@@ -84,7 +84,10 @@ static int read_one(openib_con_t *oc, struct ibv_mr *mr, char *dst, uint64_t src
     oc->read_busy = 1;
     for (unsigned spins = 1; oc->read_busy; spins++) {
         if (openib_dev.cq_broken || oc->closed) return -1;
-        if (!openib_cq_take() && !(spins % 4096) && peer_gone(oc)) return -1;
+        if (!openib_cq_take() && !(spins % 4096) && peer_gone(oc)) {
+            plog_dbg("%s: openib: RDMA read given up: the peer is gone", pscom_con_name(oc->con));
+            return -1;
+        }
     }
     if (oc->read_status != IBV_WC_SUCCESS) {
         plog_dbg("%s: openib: RDMA read failed: %s", pscom_con_name(oc->con),
