@@ -669,7 +669,7 @@ int vemul_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
      * for the QPs whose sockets hold datagrams: an idle poll costs the
      * same whatever the number of QPs, as on an HCA */
     for (struct vemul_qp *q = vc->nblocked && !c->overrun ? vc->qps : NULL; q; q = q->next)
-        if (q->tx_blocked && q->qp.send_cq == cq) vemul_qp_progress(q, c);
+        if (q->tx_blocked && q->qp.send_cq == cq) vemul_qp_progress_tx(q);
     if (!c->overrun && c->nqp) {
         struct epoll_event ev[64];
         int n = epoll_wait(c->rx_ep, ev, 64, 0);

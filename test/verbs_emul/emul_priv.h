@@ -241,7 +241,8 @@ int vemul_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 /* emul_qp.c */
 int vemul_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int vemul_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
-void vemul_qp_progress(struct vemul_qp *q, struct vemul_cq *cq);
+/* sends what waits in q's send queue (poll_cq, for blocked QPs) */
+void vemul_qp_progress_tx(struct vemul_qp *q);
 /* receives what waits in q's socket (poll_cq, through the CQ's rx_ep) */
 void vemul_qp_progress_rx(struct vemul_qp *q);
 /* wakes the engine if q's receive socket should now be watched and is not */

@@ -743,10 +743,9 @@ void vemul_qp_progress_rx(struct vemul_qp *q)
     vemul_progress_recv(q);
 }
 
-void vemul_qp_progress(struct vemul_qp *q, struct vemul_cq *cq)
+void vemul_qp_progress_tx(struct vemul_qp *q)
 {
-    if (q->qp.send_cq == &cq->cq) vemul_progress_send(q);
-    if (q->qp.recv_cq == &cq->cq) vemul_progress_recv(q);
+    vemul_progress_send(q);
 }
 
 /* ------------------------------------------------------------ create / destroy */

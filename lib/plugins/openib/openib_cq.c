@@ -167,7 +167,7 @@ int openib_con_register(openib_con_t *oc)
         }
         idx = openib_dev.tab_used++;
     }
-    int cqi = cq_reserve(oc->nrecv + oc->nsend + 1); /* + 1: an RDMA read */
+    int cqi = cq_reserve(openib_con_wrs(oc));
     if (cqi < 0) {
         openib_dev.free_idx[openib_dev.nfree++] = idx;
         return -1;
@@ -190,7 +190,7 @@ void openib_con_unregister(openib_con_t *oc)
     openib_dev.tab[idx] = NULL;
     openib_dev.free_idx[openib_dev.nfree++] = idx;
     /* completions still to come (a flush that did not end) keep their room */
-    openib_dev.cqs[oc->cqi].need -= oc->nrecv + oc->nsend + 1;
+    openib_dev.cqs[oc->cqi].need -= openib_con_wrs(oc);
     openib_dev.cqs[oc->cqi].stale += oc->wr_out;
     if (pscom_list_linked(&oc->ready_next)) pscom_list_del(&oc->ready_next);
     oc->id = 0;

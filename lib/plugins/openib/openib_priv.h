@@ -151,6 +151,13 @@ static inline openib_con_t *openib_con(pscom_con_t *con)
     return pscom_con_plugin_priv(con);
 }
 
+/* The work requests oc can have outstanding, each a completion to come:
+ * its receive and send slots and one RDMA read (openib_rdma.c). */
+static inline unsigned openib_con_wrs(const openib_con_t *oc)
+{
+    return oc->nrecv + oc->nsend + 1;
+}
+
 static inline char *openib_recv_slot(openib_con_t *oc, unsigned i)
 {
     return oc->buf + (size_t)i * OPENIB_SLOT_SIZE;

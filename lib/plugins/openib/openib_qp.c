@@ -47,9 +47,8 @@ int openib_con_resources(openib_con_t *oc, pscom_con_t *con)
     oc->nsend = openib_cfg.sendq_size;
     size_t len = (size_t)(oc->nrecv + oc->nsend) * OPENIB_SLOT_SIZE;
     what = "buffer";
-    /* every completion the connection can have outstanding (with a read),
-     * and one */
-    oc->stash_cap = oc->nrecv + oc->nsend + 2;
+    /* every completion the connection can have outstanding, and one */
+    oc->stash_cap = openib_con_wrs(oc) + 1;
     oc->stash     = calloc(oc->stash_cap, sizeof(*oc->stash));
     if (!oc->stash || posix_memalign((void **)&oc->buf, 4096, len)) goto err;
     memset(oc->buf, 0, len);
