@@ -2,9 +2,11 @@
  * pscom_plugin_reg.c - plugin registry.
  *
  * Built-in plugins come from the generated table pscom_builtin_plugins[]
- * (lib/plugins/CMakeLists.txt). Loadable modules libpscom4<name>.so are
- * looked up in PSP_PLUGINDIR, then next to libpscom; a module exports one
- * symbol, "pscom_plugin_desc", whose ABI version must equal ours.
+ * (lib/plugins/CMakeLists.txt). Loadable modules libpscom4<name>.so
+ * (generated table pscom_module_plugins[]) are loaded only when their
+ * PSP_<NAME> is not 0, looked up in PSP_PLUGINDIR, then next to libpscom; a
+ * module exports one symbol, "pscom_plugin_desc", whose ABI version must
+ * equal ours.
  */
 #define _GNU_SOURCE
 #include "pscom_plugin_reg.h"
@@ -25,12 +27,13 @@
 
 extern const pscom_plugin_desc_t *const pscom_builtin_plugins[];
 
-/* loadable modules we know of (their sources live in lib/plugins/<name>) */
-static const char *const module_names[] = {"ucp", "openib", NULL};
+extern const pscom_module_info_t pscom_module_plugins[];
 
 typedef struct plugin_entry {
-    const pscom_plugin_desc_t *desc;
+    const pscom_plugin_desc_t *desc; /* NULL: a module not loaded (yet) */
+    const char *name;
     unsigned user_priority; /* PSP_<NAME> */
+    unsigned default_priority;
     int enabled;            /* init() succeeded and user priority > 0 */
     void *dl;               /* module handle */
     char env_name[32];
@@ -64,23 +67,25 @@ static int desc_valid(const pscom_plugin_desc_t *d, const char *where)
     return 1;
 }
 
-static void add_plugin(const pscom_plugin_desc_t *d, void *dl)
+/* A built-in plugin (desc set) or a module not loaded yet (desc NULL). */
+static void add_plugin(const char *name, const pscom_plugin_desc_t *d, unsigned user_priority)
 {
     if (n_plugins == MAX_PLUGINS) return;
     plugin_entry_t *p = &plugins[n_plugins++];
     p->desc           = d;
-    p->dl             = dl;
-    p->user_priority  = d->user_priority;
+    p->name           = name;
+    p->user_priority  = user_priority;
+    p->default_priority = user_priority;
     size_t i;
-    for (i = 0; d->name[i] && i + 1 < sizeof(p->env_name); i++)
-        p->env_name[i] = (char)toupper((unsigned char)d->name[i]);
+    for (i = 0; name[i] && i + 1 < sizeof(p->env_name); i++)
+        p->env_name[i] = (char)toupper((unsigned char)name[i]);
     p->env_name[i] = 0;
 }
 
 static int have_plugin(const char *name)
 {
     for (int i = 0; i < n_plugins; i++)
-        if (!strcmp(plugins[i].desc->name, name)) return 1;
+        if (!strcmp(plugins[i].name, name)) return 1;
     return 0;
 }
 
@@ -100,8 +105,9 @@ static void own_dir(char *buf, size_t size)
     }
 }
 
-static void load_module(const char *name)
+static void load_module(plugin_entry_t *p)
 {
+    const char *name = p->name;
     char path[4096], dir[2048];
     const char *dirs[3];
     int nd = 0;
@@ -124,7 +130,11 @@ static void load_module(const char *name)
             continue;
         }
         plog_dbg("plugin %s loaded from %s", name, path);
-        add_plugin(d, dl);
+        if (d->user_priority != p->default_priority)
+            plog_verb("plugin %s: its default priority %u is not the core's %u (the core's counts)",
+                      path, d->user_priority, p->default_priority);
+        p->desc = d;
+        p->dl   = dl;
         return;
     }
 }
@@ -145,15 +155,16 @@ void pscom_plugins_init(void)
     if (pscom.plugins_initialized) return;
     pscom.plugins_initialized = 1;
 
-    for (int i = 0; pscom_builtin_plugins[i]; i++)
-        if (desc_valid(pscom_builtin_plugins[i], pscom_builtin_plugins[i]->name))
-            add_plugin(pscom_builtin_plugins[i], NULL);
-    for (int i = 0; module_names[i]; i++)
-        if (!have_plugin(module_names[i])) load_module(module_names[i]);
+    for (int i = 0; pscom_builtin_plugins[i]; i++) {
+        const pscom_plugin_desc_t *d = pscom_builtin_plugins[i];
+        if (desc_valid(d, d->name)) add_plugin(d->name, d, d->user_priority);
+    }
+    for (const pscom_module_info_t *m = pscom_module_plugins; m->name; m++)
+        if (!have_plugin(m->name)) add_plugin(m->name, NULL, m->user_priority);
 
-    /* PSP_<NAME>: user priority, 0 disables */
+    /* PSP_<NAME>: user priority, 0 disables (and a module is then not loaded) */
     for (int i = 0; i < n_plugins; i++) {
-        snprintf(prio_defaults[i], sizeof(prio_defaults[i]), "%u", plugins[i].desc->user_priority);
+        snprintf(prio_defaults[i], sizeof(prio_defaults[i]), "%u", plugins[i].default_priority);
         prio_entries[i] = (pscom_env_entry_t){
             .name        = plugins[i].env_name,
             .default_str = prio_defaults[i],
@@ -169,11 +180,15 @@ void pscom_plugins_init(void)
     for (int i = 0; i < n_plugins; i++) {
         plugin_entry_t *p = &plugins[i];
         if (!p->user_priority) {
-            plog_dbg("plugin %s disabled by PSP_%s=0", p->desc->name, p->env_name);
+            plog_dbg("plugin %s disabled by PSP_%s=0", p->name, p->env_name);
             continue;
         }
+        if (!p->desc) {
+            load_module(p);
+            if (!p->desc) continue; /* not found or rejected: said by load_module */
+        }
         if (p->desc->ops->init && p->desc->ops->init() < 0) {
-            plog_info("plugin %s: not available", p->desc->name);
+            plog_info("plugin %s: not available", p->name);
             continue;
         }
         p->enabled       = 1;

@@ -9,6 +9,19 @@
 #include "pscom_plugin.h"
 #include "pscom_types.h"
 
+/* A loadable module the core looks for, with the default of PSP_<NAME>
+ * (generated table pscom_module_plugins[], lib/plugins/CMakeLists.txt). The
+ * default is known before loading because a module whose priority is 0 is
+ * not loaded at all: loading runs the constructors of the libraries it
+ * links, and UCX's install signal handlers (SIGSEGV, SIGBUS, ...) and hook
+ * the process's mmap/munmap/madvise, which a process that switched ucp off
+ * must not get. A loaded module's descriptor should say the same default
+ * (a difference is logged; the table's counts). */
+typedef struct pscom_module_info {
+    const char *name;
+    unsigned user_priority;
+} pscom_module_info_t;
+
 /* Register, configure and initialise every plugin (first socket open). */
 void pscom_plugins_init(void);
 void pscom_plugins_fini(void);

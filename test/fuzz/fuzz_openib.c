@@ -106,6 +106,7 @@
 #include "pscom_con.h"
 #include "pscom_core.h"
 #include "pscom_wire.h"
+#include "pscom_plugin_reg.h"
 
 _Static_assert(FUZZ_OIB_SLOT == OPENIB_SLOT_SIZE, "the slot size of fuzz_openib.h");
 
@@ -114,6 +115,7 @@ _Static_assert(FUZZ_OIB_SLOT == OPENIB_SLOT_SIZE, "the slot size of fuzz_openib.
  * is not linked) */
 extern const pscom_plugin_desc_t pscom_plugin_desc_openib;
 const pscom_plugin_desc_t *const pscom_builtin_plugins[] = {&pscom_plugin_desc_openib, NULL};
+const pscom_module_info_t pscom_module_plugins[] = {{NULL, 0}}; /* and no modules */
 
 #define FUZZ_OIB_BACK    20000   /* the server's message to the client (set-up bit 5) */
 #define FUZZ_OIB_WAIT_US 5000000 /* the longest wait for the server's credits */

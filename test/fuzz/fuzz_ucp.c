@@ -61,6 +61,7 @@
 #include "pscom.h"
 #include "pscom_con.h"
 #include "pscom_core.h"
+#include "pscom_plugin_reg.h"
 #include "pscom_wire.h"
 #include "ucp_priv.h"
 
@@ -68,6 +69,7 @@
  * compiled in; the core's own table in pscom-static is not linked) */
 extern const pscom_plugin_desc_t pscom_plugin_desc_ucp;
 const pscom_plugin_desc_t *const pscom_builtin_plugins[] = {&pscom_plugin_desc_ucp, NULL};
+const pscom_module_info_t pscom_module_plugins[] = {{NULL, 0}}; /* and no modules */
 
 #define MAX_RAW 64 /* harness sends UCX has not completed */
 

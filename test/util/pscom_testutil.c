@@ -767,7 +767,7 @@ const char *tu_client_get_ep(tu_ctx_t *ctx)
 
 const char *tu_contype(void)
 {
-    static char type[32];
+    static _Thread_local char type[32]; /* itest_threads asks from several threads */
     const char *v = getenv("PSCOM_TEST_CONTYPE");
     if (!v || !*v) return NULL;
     size_t n = strcspn(v, "-");
