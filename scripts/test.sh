@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build and run every test: gcc build (warnings are errors), clang build,
-# and the suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# the suite again under AddressSanitizer + UndefinedBehaviorSanitizer, and
+# the threaded tests under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -18,3 +19,12 @@ cmake --build build/test-asan -j"$jobs"
 # the 4 GiB message test runs in the plain build only (8 GiB under ASan's allocator)
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/test-asan --output-on-failure -j"$jobs" -E 'itest_rndv_huge'
+
+echo "== ThreadSanitizer: the threaded tests (pscom_init_thread, every transport)"
+cmake -S . -B build/test-tsan -DPSCOM_WERROR=ON -DPSCOM_TSAN=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build/test-tsan -j"$jobs"
+# UCX_MEM_EVENTS=no: UCX's libucm hooks madvise(), which glibc calls for a
+# thread's stack after ThreadSanitizer has let go of the thread; the hook's
+# rwlock then crashes TSan's interceptor (any TSan-built program with UCX).
+UCX_MEM_EVENTS=no TSAN_OPTIONS=halt_on_error=1 \
+  ctest --test-dir build/test-tsan --output-on-failure -j"$jobs" -R '^itest_(threads|ucp)\.'

@@ -148,7 +148,7 @@ static void queue_con_event(pscom_con_t *con, pscom_op_t op, pscom_err_t err, in
     ev->err         = err;
     ev->accept      = accept;
     req->flags |= PSCOM_REQF_INTERNAL;
-    req->pub.state       = 0;
+    pscom_req_state_set(&req->pub, 0);
     req->pub.ops.io_done = con_event_done;
     con->refcnt++;
     pscom_req_complete(req);
@@ -255,7 +255,7 @@ pscom_req_t *pscom_ctrl_create(uint8_t type, const void *xheader, size_t xheader
     }
     req->flags |= PSCOM_REQF_INTERNAL;
     req->on_done     = pscom_ctrl_free;
-    req->pub.state   = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_req_state_set(&req->pub, PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED);
     req->pub.data    = req->pub.user;
     req->pub.data_len = data_copy_len;
     req->pub.xheader_len = xheader_len;
@@ -284,7 +284,7 @@ void pscom_con_send_ctrl(pscom_con_t *con, pscom_req_t *req)
 {
     req->con = con;
     if (con->eof_queued || con->transport_closed || con->connect_failed) {
-        req->pub.state |= PSCOM_REQ_STATE_ERROR;
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_ERROR);
         req->on_done(req);
         return;
     }

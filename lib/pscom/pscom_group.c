@@ -71,8 +71,9 @@ int pscom_group_recv(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **req
         pscom_list_del(&req->next);
         size_t n = req->pub.xheader_len < hn->xheader_len ? req->pub.xheader_len : hn->xheader_len;
         memcpy(&req->pub.header, hn, sizeof(*hn) + n);
-        if (hn->data_len > req->pub.data_len) req->pub.state |= PSCOM_REQ_STATE_TRUNCATED;
-        req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
+        if (hn->data_len > req->pub.data_len)
+            pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_TRUNCATED);
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_IO_STARTED);
         *reqp = req;
         return 0;
     }
@@ -84,10 +85,10 @@ int pscom_group_recv(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **req
     gen->pub.connection  = &con->pub;
     gen->pub.data        = gen->pub.user;
     gen->pub.data_len    = hn->data_len;
-    gen->pub.state       = PSCOM_REQ_STATE_GRECV_REQUEST;
+    pscom_req_state_set(&gen->pub, PSCOM_REQ_STATE_GRECV_REQUEST);
     gen->on_done         = NULL;
     pscom_list_add_tail(&gen->next, &c->unexp);
-    gen->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
+    pscom_req_state_add(&gen->pub, PSCOM_REQ_STATE_IO_STARTED);
     *reqp = gen;
     return 0;
 }
@@ -126,7 +127,7 @@ static int coll_recv(pscom_sock_t *sock, uint8_t type, pscom_connection_t *con,
         req->pub.xheader_len     = full_xlen;
         req->pub.data            = data;
         req->pub.data_len        = data_len;
-        req->pub.state           = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+        pscom_req_state_set(&req->pub, PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED);
         pscom_list_add_tail(&req->next, &c->recvq);
         pscom_wait_until(req_done, req);
     } else if (data_len) {
@@ -169,7 +170,7 @@ static void coll_send(pscom_connection_t *connection, uint8_t type,
     req->pub.xheader_len = xlen;
     req->pub.data        = data;
     req->pub.data_len    = data_len;
-    req->pub.state       = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_req_state_set(&req->pub, PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED);
     *(int **)req->pub.user = pending;
     req->on_done           = coll_sent;
     (*pending)++;
@@ -292,9 +293,9 @@ PSCOM_API void pscom_post_bcast(pscom_request_t *request)
     size_t hdr       = sizeof(pscom_xheader_bcast_t);
     size_t user_xlen = request->xheader_len > hdr ? request->xheader_len - hdr : 0;
     pscom_lock();
-    request->state = PSCOM_REQ_STATE_POSTED |
-                     (request->xheader.bcast.bcast_root == g->my_grank ? PSCOM_REQ_STATE_SEND_REQUEST
-                                                                         : PSCOM_REQ_STATE_RECV_REQUEST);
+    int root = request->xheader.bcast.bcast_root == g->my_grank;
+    pscom_req_state_set(request, PSCOM_REQ_STATE_POSTED | (root ? PSCOM_REQ_STATE_SEND_REQUEST
+                                                                : PSCOM_REQ_STATE_RECV_REQUEST));
     int res = bcast_locked(g, request->xheader.bcast.bcast_root, request->xheader.bcast.user,
                            user_xlen, request->data, request->data_len);
     pscom_req_complete_with(pscom_req_from_pub(request), res ? PSCOM_REQ_STATE_ERROR : 0);
@@ -329,7 +330,7 @@ void pscom_group_fail_con(pscom_con_t *con)
         pscom_req_t *req = pscom_list_entry(pos, pscom_req_t, next);
         if (req->pub.connection != &con->pub) continue;
         pscom_list_del(&req->next);
-        req->pub.state |= PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_IO_DONE;
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_IO_DONE);
     }
 }
 
@@ -352,7 +353,7 @@ void pscom_group_sock_fini(pscom_sock_t *sock)
     pscom_list_for_each_safe(pos, tmp, &c->recvq) {
         pscom_req_t *req = pscom_list_entry(pos, pscom_req_t, next);
         pscom_list_del(&req->next);
-        req->pub.state |= PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_IO_DONE;
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_IO_DONE);
     }
     free(c);
     sock->coll = NULL;

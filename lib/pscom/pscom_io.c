@@ -453,7 +453,8 @@ int pscom_write_peek(pscom_con_t *con, unsigned idx, struct iovec *head, struct 
         if (idx--) continue;
         pscom_req_t *req = pscom_list_entry(pos, pscom_req_t, next);
         assert(req->send_off == 0);
-        req->pub.state |= PSCOM_REQ_STATE_IO_STARTED; /* handed to the transport: no cancel */
+        /* handed to the transport: no cancel */
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_IO_STARTED);
         head->iov_base = &req->pub.header;
         head->iov_len  = head_len(req);
         data->iov_base = req->pub.data;
@@ -498,7 +499,7 @@ int pscom_write_now(pscom_con_t *con, pscom_req_t *req)
     if (!write_now(con, con->plugin_priv, &req->pub.header, head_len(req), req->pub.data,
                    req->pub.data_len))
         return 0;
-    req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
+    pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_IO_STARTED);
     send_complete(req); /* counts as progress */
     return 1;
 }
@@ -513,7 +514,7 @@ int pscom_write_done(pscom_con_t *con, size_t len)
         size_t c         = total - req->send_off < len ? total - req->send_off : len;
         req->send_off += c;
         len -= c;
-        req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_IO_STARTED);
         if (req->send_off == total) send_done(con, req);
     }
     return con->transport_closed;

@@ -33,7 +33,7 @@ PSCOM_API __attribute__((flatten)) void pscom_post_send(pscom_request_t *request
     pscom_lock();
     pscom_req_t *req = pscom_req_from_pub(request);
     pscom_con_t *con = pscom_con_from_pub(request->connection);
-    request->state   = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_req_state_set(request, PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED);
     if (request->data_len >= con->rendezvous_size && pscom_con_writable(con) &&
         request->xheader_len <= request->max_xheader_len) {
         pscom_rndv_send(con, req);
@@ -62,7 +62,7 @@ static void send_internal(pscom_req_t *req, pscom_connection_t *connection, cons
     r->data_len    = data_len;
     r->xheader_len = xheader_len;
     r->ops.io_done = io_done;
-    r->state       = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_req_state_set(r, PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED);
     send_user(req);
 }
 
@@ -117,19 +117,19 @@ PSCOM_API void pscom_post_recv(pscom_request_t *request)
 {
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_lock();
-    request->state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_req_state_set(request, PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED);
     pscom_recv_post(pscom_req_from_pub(request));
     pscom_unlock();
 }
 
 static int req_done(void *arg)
 {
-    return ((pscom_request_t *)arg)->state & PSCOM_REQ_STATE_DONE;
+    return pscom_req_state_get(arg) & PSCOM_REQ_STATE_DONE;
 }
 
 PSCOM_API void pscom_wait(pscom_request_t *request)
 {
-    if (request->state & PSCOM_REQ_STATE_DONE) return;
+    if (pscom_req_state_get(request) & PSCOM_REQ_STATE_DONE) return;
     pscom_lock();
     pscom_wait_until(req_done, request);
     pscom_unlock();
@@ -242,7 +242,7 @@ PSCOM_API int pscom_iprobe(pscom_request_t *request)
         iprobe_calls = 0;
         pscom_progress(0);
     }
-    request->state   = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_req_state_set(request, PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED);
     pscom_req_t *gen = pscom_unexpected_find(request);
     int res          = 0;
     if (gen) {
@@ -251,11 +251,12 @@ PSCOM_API int pscom_iprobe(pscom_request_t *request)
         if (n > gen->pub.header.xheader_len) n = gen->pub.header.xheader_len;
         memcpy(&request->header, &gen->pub.header, sizeof(pscom_header_net_t) + n);
         request->connection = gen->pub.connection;
-        if (gen->pub.data_len > request->data_len) request->state |= PSCOM_REQ_STATE_TRUNCATED;
+        if (gen->pub.data_len > request->data_len)
+            pscom_req_state_add(request, PSCOM_REQ_STATE_TRUNCATED);
         pscom.stats.iprobes_ok++;
         res = 1;
     }
-    request->state |= PSCOM_REQ_STATE_DONE;
+    pscom_req_state_add(request, PSCOM_REQ_STATE_DONE);
     pscom_unlock();
     return res;
 }

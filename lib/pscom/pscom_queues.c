@@ -107,8 +107,8 @@ static inline void take_header(pscom_req_t *req, pscom_con_t *con, pscom_header_
     pscom_memcpy_small(&req->pub.xheader, hn + 1, xheader_copy_len(req, xlen));
     req->pub.connection = &con->pub;
     req->pub.socket     = &con->sock->pub;
-    req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
-    if (dlen > req->pub.data_len) req->pub.state |= PSCOM_REQ_STATE_TRUNCATED;
+    pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_IO_STARTED |
+                                       (dlen > req->pub.data_len ? PSCOM_REQ_STATE_TRUNCATED : 0));
 }
 
 static pscom_req_t *create_unexpected(pscom_con_t *con, size_t xlen, uint64_t dlen,
@@ -118,14 +118,14 @@ static pscom_req_t *create_unexpected(pscom_con_t *con, size_t xlen, uint64_t dl
     size_t store     = rndv ? sizeof(*rndv) : (size_t)dlen;
     pscom_req_t *gen = pscom_req_create(xlen, store);
     if (!gen) return NULL;
-    gen->pub.state       = PSCOM_REQ_STATE_GRECV_REQUEST;
+    pscom_req_state_set(&gen->pub, PSCOM_REQ_STATE_GRECV_REQUEST);
     gen->pub.data        = gen->pub.user;
     if (rndv) {
         /* only the announcement is kept; the data stays with the sender */
         memcpy(gen->pub.user, rndv, sizeof(*rndv));
         gen->pub.data = NULL;
         gen->flags |= PSCOM_REQF_RNDV;
-        gen->pub.state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST;
+        pscom_req_state_add(&gen->pub, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
     }
     gen->pub.data_len    = (size_t)dlen;
     gen->pub.xheader_len = xlen;
@@ -154,7 +154,7 @@ pscom_req_t *pscom_match_incoming(pscom_con_t *con, pscom_header_net_t *hn,
             pscom_api_check(req->magic == PSCOM_REQ_MAGIC,
                             "default_recv returns a request of pscom_request_create()");
             pscom_api_check(r->state & PSCOM_REQ_STATE_DONE, "default_recv returns a DONE request");
-            r->state = PSCOM_REQ_STATE_RECV_REQUEST;
+            pscom_req_state_set(r, PSCOM_REQ_STATE_RECV_REQUEST);
             goto matched;
         }
     }
@@ -191,7 +191,7 @@ pscom_req_t *pscom_match_first_posted(pscom_con_t *con, pscom_header_net_t *hn, 
 
 void pscom_unexpected_done(pscom_req_t *gen)
 {
-    gen->pub.state |= PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE;
+    pscom_req_state_add(&gen->pub, PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE);
 }
 
 static void unexpected_unlink(pscom_req_t *gen)
@@ -213,11 +213,11 @@ static void merge(pscom_req_t *req, pscom_req_t *gen)
            sizeof(pscom_header_net_t) + xheader_copy_len(req, gen->pub.header.xheader_len));
     req->pub.connection = gen->pub.connection;
     req->pub.socket     = gen->pub.socket;
-    req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
-    if (dlen > req->pub.data_len) req->pub.state |= PSCOM_REQ_STATE_TRUNCATED;
+    pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_IO_STARTED |
+                                       (dlen > req->pub.data_len ? PSCOM_REQ_STATE_TRUNCATED : 0));
     if (copy) memcpy(req->pub.data, gen->pub.data, copy);
 
-    gen->pub.state |= PSCOM_REQ_STATE_GRECV_MERGED;
+    pscom_req_state_add(&gen->pub, PSCOM_REQ_STATE_GRECV_MERGED);
     if (gen->flags & PSCOM_REQF_RNDV) {
         pscom_rndv_rts_t rts;
         memcpy(&rts, gen->pub.user, sizeof(rts));

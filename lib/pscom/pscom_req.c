@@ -30,7 +30,7 @@ pscom_req_t *pscom_req_create(size_t max_xheader_len, size_t user_size)
     pscom_list_init(&req->next);
     pscom_list_init(&req->next_alt);
     pscom_list_init(&req->all);
-    req->pub.state           = PSCOM_REQ_STATE_DONE;
+    pscom_req_state_set(&req->pub, PSCOM_REQ_STATE_DONE);
     req->pub.xheader_len     = max_xheader_len;
     req->pub.max_xheader_len = xh;
     req->pub.user_size       = user_size;
@@ -72,7 +72,7 @@ void pscom_req_run_io_done(void)
         void (*io_done)(pscom_request_t *) = req->pub.ops.io_done;
 
         if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
-        req->pub.state |= PSCOM_REQ_STATE_DONE;
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_DONE);
         io_done(&req->pub); /* may free or re-post the request */
         if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
     }

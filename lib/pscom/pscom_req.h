@@ -46,6 +46,34 @@ static inline pscom_req_t *pscom_req_from_pub(pscom_request_t *request)
     return pscom_container_of(request, pscom_req_t, pub);
 }
 
+/*
+ * A request's state is read without the lock: by pscom_wait()'s first test,
+ * and by applications that poll pscom_req_is_done() in one thread while
+ * another makes progress. So the library writes it with atomic stores,
+ * release ordered: whoever sees DONE sees the request's header, xheader
+ * and data as well. The writers hold the lock (or own the request), one at
+ * a time, hence a load and a store rather than an atomic read-modify-write:
+ * plain moves on x86, as before.
+ */
+#define PSCOM_REQ_STATE_INLINE static inline __attribute__((always_inline))
+
+PSCOM_REQ_STATE_INLINE void pscom_req_state_set(pscom_request_t *r, pscom_req_state_t state)
+{
+    __atomic_store_n(&r->state, state, __ATOMIC_RELEASE);
+}
+
+PSCOM_REQ_STATE_INLINE void pscom_req_state_add(pscom_request_t *r, pscom_req_state_t bits)
+{
+    __atomic_store_n(&r->state, __atomic_load_n(&r->state, __ATOMIC_RELAXED) | bits,
+                     __ATOMIC_RELEASE);
+}
+
+/* The state as a reader without the lock must read it. */
+PSCOM_REQ_STATE_INLINE pscom_req_state_t pscom_req_state_get(const pscom_request_t *r)
+{
+    return __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+}
+
 /* Allocate a request (see pscom_request_create). NULL on ENOMEM. */
 pscom_req_t *pscom_req_create(size_t max_xheader_len, size_t user_size);
 void pscom_req_free(pscom_req_t *req);
@@ -58,9 +86,9 @@ static inline __attribute__((always_inline)) void pscom_req_complete(pscom_req_t
 {
     assert(!pscom_list_linked(&req->next));
     if (!req->pub.ops.io_done) {
-        req->pub.state |= PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE;
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE);
     } else {
-        req->pub.state |= PSCOM_REQ_STATE_IO_DONE;
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_IO_DONE);
         pscom_list_add_tail(&req->next, &pscom.io_doneq);
     }
     pscom.progress_counter++;
@@ -70,14 +98,14 @@ static inline __attribute__((always_inline)) void pscom_req_complete(pscom_req_t
 /* Complete with an extra state bit (PSCOM_REQ_STATE_ERROR / _CANCELED). */
 static inline void pscom_req_complete_with(pscom_req_t *req, unsigned bits)
 {
-    req->pub.state |= bits;
+    pscom_req_state_add(&req->pub, bits);
     pscom_req_complete(req);
 }
 
 /* Failed: ERROR, then on_done or the standard completion. */
 static inline void pscom_req_fail(pscom_req_t *req)
 {
-    req->pub.state |= PSCOM_REQ_STATE_ERROR;
+    pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_ERROR);
     if (req->on_done) {
         req->on_done(req);
     } else {

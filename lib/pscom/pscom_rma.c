@@ -206,7 +206,7 @@ static pscom_con_t *rma_begin(pscom_request_t *r, pscom_req_state_t state, size_
                     "rma.rkey is an rkey of pscom_rkey_generate()");
     if (!r->ops.io_done) r->ops.io_done = pscom_request_free; /* frees itself */
     if (r->xheader_len < min_xlen) r->xheader_len = min_xlen;
-    r->state         = state;
+    pscom_req_state_set(r, state);
     pscom_con_t *con = pscom_con_from_pub(r->connection);
     pscom_rkey_t k   = r->rma.rkey;
     if (r->xheader_len > r->max_xheader_len) {
@@ -370,7 +370,7 @@ PSCOM_API void pscom_post_rma_write(pscom_request_t *request)
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_lock();
     request->xheader_len = sizeof(pscom_xheader_rma_write_t);
-    request->state       = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_req_state_set(request, PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED);
     pscom_con_post_send(pscom_con_from_pub(request->connection), pscom_req_from_pub(request),
                         PSCOM_MSGTYPE_RMA_WRITE);
     pscom_unlock();
@@ -383,7 +383,7 @@ PSCOM_API void pscom_post_rma_read(pscom_request_t *request)
     pscom_lock();
     pscom_req_t *req = pscom_req_from_pub(request);
     pscom_con_t *con = pscom_con_from_pub(request->connection);
-    request->state   = PSCOM_REQ_STATE_RMA_READ_REQUEST | PSCOM_REQ_STATE_POSTED;
+    pscom_req_state_set(request, PSCOM_REQ_STATE_RMA_READ_REQUEST | PSCOM_REQ_STATE_POSTED);
     if (!pscom_con_writable(con)) {
         pscom_req_complete_with(req, PSCOM_REQ_STATE_ERROR);
         goto out;
@@ -460,7 +460,7 @@ static pscom_req_t *passive_create(pscom_con_t *con, pscom_header_net_t *hn, siz
     p->pub.xheader_len        = xlen;
     p->pub.connection  = &con->pub;
     p->pub.socket      = &con->sock->pub;
-    p->pub.state   = PSCOM_REQ_STATE_RMA_WRITE_REQUEST | PSCOM_REQ_STATE_PASSIVE_SIDE;
+    pscom_req_state_set(&p->pub, PSCOM_REQ_STATE_RMA_WRITE_REQUEST | PSCOM_REQ_STATE_PASSIVE_SIDE);
     p->pub.ops.io_done = passive_done;
     passive_t *pa      = (passive_t *)p->pub.user;
     pa->memh_id        = memh_id;
@@ -606,7 +606,7 @@ static void atomic_reply(pscom_req_t *p, struct PSCOM_memh *m)
     if (!m || !in_range((uint64_t)(uintptr_t)m->addr, m->len, (uint64_t)(uintptr_t)target, n)) {
         log_bad(con, "atomic", (uint64_t)(uintptr_t)target, n);
         send_answer(con, rep, (uint64_t)(uintptr_t)c.id, 1, NULL, 0, 0, NULL);
-        p->pub.state |= PSCOM_REQ_STATE_ERROR;
+        pscom_req_state_add(&p->pub, PSCOM_REQ_STATE_ERROR);
         return;
     }
     send_answer(con, rep, (uint64_t)(uintptr_t)c.id, 0, target, n, 1, NULL);
@@ -669,7 +669,7 @@ static int recv_answer(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **r
     }
     pscom_list_del(&req->next);
     if (status || hn->data_len != req->pub.data_len) {
-        req->pub.state |= PSCOM_REQ_STATE_ERROR;
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_ERROR);
         if (!hn->data_len) {
             pscom_req_complete(req);
             return 0;

@@ -41,7 +41,7 @@ void pscom_rndv_send(pscom_con_t *con, pscom_req_t *req)
     size_t xlen        = (uint16_t)r->xheader_len;
 
     /* the announcement is ordered with the other sends; cancel is no longer possible */
-    r->state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST | PSCOM_REQ_STATE_IO_STARTED;
+    pscom_req_state_add(r, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST | PSCOM_REQ_STATE_IO_STARTED);
     pscom_req_t *rts_req = pscom_ctrl_create(PSCOM_MSGTYPE_RENDEZVOUS_REQ, &r->xheader, xlen,
                                              sizeof(pscom_rndv_rts_t));
     if (!rts_req) {
@@ -71,7 +71,8 @@ void pscom_rndv_send(pscom_con_t *con, pscom_req_t *req)
 static void data_sent(pscom_req_t *dreq)
 {
     pscom_req_t *req = *(pscom_req_t **)dreq->pub.user;
-    if (dreq->pub.state & PSCOM_REQ_STATE_ERROR) req->pub.state |= PSCOM_REQ_STATE_ERROR;
+    if (dreq->pub.state & PSCOM_REQ_STATE_ERROR)
+        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_ERROR);
     pscom_req_free(dreq);
     pscom_req_complete(req);
 }
@@ -118,7 +119,7 @@ static int recv_fin(pscom_con_t *con, const pscom_rndv_fin_t *fin)
     }
     pscom_list_del(&req->next);
     export_release(con, req);
-    if (fin->status) req->pub.state |= PSCOM_REQ_STATE_ERROR;
+    if (fin->status) pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_ERROR);
     pscom_req_complete(req);
     pscom_con_rndv_sends_drained(con);
     return 0;
@@ -151,7 +152,7 @@ void pscom_rndv_matched(pscom_con_t *con, pscom_req_t *req, const pscom_rndv_rts
     uint64_t key       = le64toh(rts->src_key);
     size_t len         = full < req->pub.data_len ? (size_t)full : req->pub.data_len;
 
-    req->pub.state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST | PSCOM_REQ_STATE_IO_STARTED;
+    pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST | PSCOM_REQ_STATE_IO_STARTED);
     if (!pscom_con_writable(con) || !pscom_con_readable(con)) {
         /* an announcement kept as unexpected message of a connection that
          * has failed or closed since: the data can never come */
@@ -217,7 +218,7 @@ static int recv_rts(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **reqp
     tmp->pub.xheader_len = xlen;
     tmp->pub.data        = tmp->pub.user;
     tmp->pub.data_len    = sizeof(pscom_rndv_rts_t);
-    tmp->pub.state       = PSCOM_REQ_STATE_RECV_REQUEST;
+    pscom_req_state_set(&tmp->pub, PSCOM_REQ_STATE_RECV_REQUEST);
     tmp->con             = con;
     tmp->on_done         = rts_arrived;
     *reqp                = tmp;

@@ -371,8 +371,8 @@ static int burst_client(tu_ctx_t *ctx)
 
 /* epoll_wait calls made by libpscom (UCX's tcp transport makes its own in
  * every progress call, and UCX's threads wait in it) */
-static volatile int counting;
-static unsigned epoll_calls;
+static _Atomic int counting; /* read by UCX's threads too */
+static _Atomic unsigned epoll_calls;
 __attribute__((visibility("default"))) int epoll_wait(int epfd, struct epoll_event *events,
                                                    int maxevents, int timeout)
 {
