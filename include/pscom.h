@@ -555,6 +555,15 @@ int pscom_cancel_recv(pscom_request_t *request);
 int pscom_iprobe(pscom_request_t *request);
 void pscom_probe(pscom_request_t *request);
 
+/* A request's state may be read while another thread completes the request
+ * (pscom_init_thread): an acquire load, so that whoever sees DONE also sees
+ * the header, xheader and data (the library stores it with release order). */
+#if defined(__GNUC__) || defined(__clang__)
+#define PSCOM_REQ_STATE_LOAD(req) __atomic_load_n(&(req)->state, __ATOMIC_ACQUIRE)
+#else
+#define PSCOM_REQ_STATE_LOAD(req) ((req)->state)
+#endif
+
 static inline int pscom_req_state_successful(pscom_req_state_t state)
 {
     return (state & (PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_CANCELED |
@@ -564,7 +573,7 @@ static inline int pscom_req_state_successful(pscom_req_state_t state)
 
 static inline int pscom_req_successful(pscom_request_t *req)
 {
-    return pscom_req_state_successful(req->state);
+    return pscom_req_state_successful(PSCOM_REQ_STATE_LOAD(req));
 }
 
 static inline int pscom_req_state_is_done(pscom_req_state_t state)
@@ -574,8 +583,9 @@ static inline int pscom_req_state_is_done(pscom_req_state_t state)
 
 static inline int pscom_req_is_done(pscom_request_t *req)
 {
-    return pscom_req_state_is_done(req->state);
+    return pscom_req_state_is_done(PSCOM_REQ_STATE_LOAD(req));
 }
+#undef PSCOM_REQ_STATE_LOAD
 
 /* ------------------------------------------------------------------ */
 /* RMA                                                                */
