@@ -100,7 +100,7 @@ int pscom_con_direct(const pscom_con_t *con, uint64_t cap, size_t len)
 
 const char *pscom_con_name(pscom_con_t *con)
 {
-    static char buf[64];
+    static _Thread_local char buf[64]; /* per thread: pscom_init_thread */
     snprintf(buf, sizeof(buf), "con %p (%.8s)", (void *)&con->pub,
              con->pub.remote_con_info.name);
     return buf;

@@ -183,8 +183,9 @@ PSCOM_API const char *pscom_op_str(pscom_op_t operation)
  * non-printable ones shown as '.'; e.g. "<41><0a> \"A.\"". */
 PSCOM_API const char *pscom_dumpstr(const void *buf, size_t size)
 {
-    static char *out;
-    static size_t out_size;
+    /* per thread, as the other strings of this file (pscom_init_thread) */
+    static _Thread_local char *out;
+    static _Thread_local size_t out_size;
     const unsigned char *p = buf;
     size_t need, len = 0;
     char *tmp;
