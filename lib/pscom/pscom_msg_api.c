@@ -196,7 +196,8 @@ PSCOM_API void pscom_wait_any(void)
 
 PSCOM_API int pscom_cancel_send(pscom_request_t *request)
 {
-    pscom_api_check(request->state & PSCOM_REQ_STATE_SEND_REQUEST, "a send request");
+    /* unlocked: another thread may be completing it */
+    pscom_api_check(pscom_req_state_get(request) & PSCOM_REQ_STATE_SEND_REQUEST, "a send request");
     int res = 0;
     pscom_lock();
     if ((request->state & (PSCOM_REQ_STATE_POSTED | PSCOM_REQ_STATE_IO_STARTED |
@@ -213,7 +214,8 @@ PSCOM_API int pscom_cancel_send(pscom_request_t *request)
 
 PSCOM_API int pscom_cancel_recv(pscom_request_t *request)
 {
-    pscom_api_check(request->state & PSCOM_REQ_STATE_RECV_REQUEST, "a receive request");
+    pscom_api_check(pscom_req_state_get(request) & PSCOM_REQ_STATE_RECV_REQUEST,
+                    "a receive request");
     int res = 0;
     pscom_lock();
     if ((request->state & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) == 0)
@@ -224,8 +226,9 @@ PSCOM_API int pscom_cancel_recv(pscom_request_t *request)
 
 PSCOM_API int pscom_cancel(pscom_request_t *request)
 {
-    if (request->state & PSCOM_REQ_STATE_SEND_REQUEST) return pscom_cancel_send(request);
-    if (request->state & PSCOM_REQ_STATE_RECV_REQUEST) return pscom_cancel_recv(request);
+    pscom_req_state_t state = pscom_req_state_get(request);
+    if (state & PSCOM_REQ_STATE_SEND_REQUEST) return pscom_cancel_send(request);
+    if (state & PSCOM_REQ_STATE_RECV_REQUEST) return pscom_cancel_recv(request);
     return 0;
 }
 

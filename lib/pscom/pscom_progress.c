@@ -56,9 +56,18 @@
 static int epfd = -1;
 
 /* Threaded mode: a thread sleeping in epoll_wait must wake up when another
- * thread completed something it may wait for. */
+ * thread completed something it may wait for. sleepers: threads between
+ * letting go of the lock for epoll_wait and taking it back (their events
+ * may point at objects: deferred frees wait for them). in_epoll: those of
+ * them still inside epoll_wait, the ones a wake-up can reach; read and
+ * written without the lock. A thread that is back from epoll_wait and waits
+ * for the lock needs no wake-up: waking "it" would only wake the next
+ * poller, which woke the next... (with 4 threads on 2 cpus, the thread that
+ * held the lock fed itself its own wake-ups as progress, never went idle
+ * and never let the others have the lock: itest_threads_conns). */
 static int wake_fd = -1;
 static unsigned sleepers;
+static unsigned in_epoll;
 static pscom_ufd_t wake_ufd;
 static pscom_list_t pollers = PSCOM_LIST_INIT(pollers);
 static unsigned pollers_active;
@@ -348,8 +357,10 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
     int n;
     if (timeout_ms && pscom.threaded) {
         sleepers++;
+        __atomic_add_fetch(&in_epoll, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&pscom.lock);
         n = epoll_wait(epfd, evs, MAX_EVENTS, timeout_ms);
+        __atomic_sub_fetch(&in_epoll, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_lock(&pscom.lock);
         sleepers--;
     } else if (!timeout_ms && hot_fds && pollers_active) { /* a busy-polling pass */
@@ -366,14 +377,17 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
         if (errno != EINTR) plog_err("epoll_wait() failed: %m");
         return progress;
     }
+    int events = 0; /* a wake-up is not one: it only ends a sleep */
     for (int i = 0; i < n; i++) {
         pscom_ufd_t *ufd = evs[i].data.ptr;
         if (!ufd->registered) continue; /* removed by an earlier handler */
         ufd->handler(ufd, evs[i].events);
+        events += ufd != &wake_ufd;
     }
-    if (n > 0) pscom.progress_counter++;
-    if ((progress || n > 0) && sleepers && wake_fd >= 0) wake_sleepers();
-    return progress || n > 0;
+    if (events) pscom.progress_counter++;
+    if ((progress || events) && __atomic_load_n(&in_epoll, __ATOMIC_SEQ_CST) && wake_fd >= 0)
+        wake_sleepers();
+    return progress || events;
 }
 
 static time_t coarse_tick(void)
