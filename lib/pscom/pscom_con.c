@@ -338,6 +338,11 @@ int pscom_con_closing_gracefully(pscom_con_t *con)
     return con->eof_sent && con->eof_received;
 }
 
+int pscom_con_closing(pscom_con_t *con)
+{
+    return con->eof_sent || con->eof_received;
+}
+
 static void close_transport(pscom_con_t *con)
 {
     if (con->transport_closed) return;

@@ -5,8 +5,9 @@
  *
  *   connect side  con_offer:   blob  {magic, version, addr_len, our id, check} + address
  *   accept side   con_accept:  reply {magic, version, addr_len, our id, check} + address
- *   connect side  con_connect: endpoint to the accept side; confirm {magic, version}
- *   accept side   con_confirm: endpoint to the connect side
+ *   connect side  con_connect: endpoint to the accept side; confirm {magic, version,
+ *                              addr_len 0, the endpoint's generation (ucp_peer.c)}
+ *   accept side   con_confirm: the endpoint of that generation to the connect side
  * All fields little-endian; every length is checked before use. check is
  * a hash of the header fields before it and of the address: UCX parses a
  * worker address without checking it (ucp_ep_create() of random bytes ends
@@ -33,12 +34,13 @@
 #include "ucp_priv.h"
 
 #define UCP_BLOB_MAGIC   0x31504355u /* "UCP1" */
-#define UCP_BLOB_VERSION 3 /* 2: MSG at most UCP_MSG_MAX, HEAD without DATA; 3: check */
-#define UCP_CONFIRM_LEN  8
+#define UCP_BLOB_VERSION 4 /* 2: MSG at most UCP_MSG_MAX, HEAD without DATA; 3: check;
+                              4: the endpoint's generation in the confirmation */
+#define UCP_CONFIRM_LEN  12
 #define UCP_GOODBYE      'B'
 
 #define UCP_BLOB_CHECK_OFF 16 /* the check: 8 bytes after magic, version, addr_len, id */
-_Static_assert(UCP_BLOB_HDR == UCP_BLOB_CHECK_OFF + 8 && UCP_CONFIRM_LEN == 8, "blob layout");
+_Static_assert(UCP_BLOB_HDR == UCP_BLOB_CHECK_OFF + 8 && UCP_CONFIRM_LEN == 12, "blob layout");
 
 static uint64_t fnv1a(uint64_t h, const unsigned char *p, size_t len)
 {
@@ -128,65 +130,6 @@ static int own_blob(ucp_con_t *uc, void *blob, size_t *len)
 
 /* ---- endpoint ---------------------------------------------------------------- */
 
-static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
-{
-    ucp_con_t *uc = ucp_con_lookup((uint64_t)(uintptr_t)arg);
-    if (!uc || uc->closed || uc->ep != ep) return;
-    plog_dbg("%s: ucp: endpoint error: %s", pscom_con_name(uc->con), ucs_status_string(status));
-    uc->ep_failed = 1;
-    ucp_failed(uc); /* reported by the poller, after what already arrived */
-}
-
-/* Error handling mode: NONE by default; dead peers are noticed through
- * the handshake socket (see the top of this file). With PSP_UCP_ERR_HANDLING=1,
- * UCP_ERR_HANDLING_MODE_PEER where UCX supports it (tcp, verbs): UCX then
- * also notices unreachable peers (keepalive), but UCX 1.13 drops the RMA
- * lane of tcp endpoints in that mode, so that rendezvous data goes as
- * fragmented active messages (1 MiB ping-pong over tcp on loopback: about
- * 0.65x). UCX 1.13's shared-memory transports refuse the mode; after the
- * first "unreachable" we use NONE for the rest of the process. UCX logs
- * that first refusal as an error; as it is expected, that message is held
- * back (ucp_log.c). */
-static int peer_mode_unsupported;
-
-static int ep_create(ucp_con_t *uc, const void *addr, size_t addr_len)
-{
-    ucp_ep_params_t p = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address     = addr,
-        .err_mode    = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = {.cb = ep_error_cb, .arg = (void *)(uintptr_t)uc->id},
-    };
-    ucs_status_t st = UCS_ERR_UNREACHABLE;
-    if (ucp_cfg.err_handling && !peer_mode_unsupported) {
-        ucp_log_hold();
-        st = ucp_ep_create(ucp_g.worker, &p, &uc->ep);
-        ucp_log_release(st == UCS_ERR_UNREACHABLE); /* expected: dropped; else replayed */
-        if (st == UCS_ERR_UNREACHABLE) {
-            peer_mode_unsupported = 1;
-            plog_dbg("ucp: the UCX transports in use cannot detect peer failures; using "
-                     "UCP_ERR_HANDLING_MODE_NONE (dead peers are noticed through the "
-                     "handshake socket)");
-        }
-    }
-    if (st == UCS_ERR_UNREACHABLE) {
-        p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-        st         = ucp_ep_create(ucp_g.worker, &p, &uc->ep);
-    }
-    if (st != UCS_OK) {
-        plog_err("%s: ucp: ucp_ep_create(): %s", pscom_con_name(uc->con), ucs_status_string(st));
-        uc->ep = NULL;
-        return -1;
-    }
-    uc->ep_peer_mode = p.err_mode == UCP_ERR_HANDLING_MODE_PEER;
-    /* a connection to our own worker: UCX's "self" delivers a message at
-     * once, inside the send (see send_one) */
-    uc->self_peer = addr_len == ucp_g.addr_len && !memcmp(addr, ucp_g.addr, addr_len);
-    ucp_wake(); /* wire-up needs progress */
-    return 0;
-}
-
 /* The wire-up of a new endpoint (ucp_ep_flush_nbx completes once the
  * connection is established), before the handshake's last message: UCX
  * establishes connections only while both workers are progressed, and the
@@ -215,6 +158,7 @@ static void flush_cb(void *request, ucs_status_t status, void *user_data)
 /* Returns 0 (wired up already), PSCOM_PLUGIN_PENDING or -1. */
 static int ep_wireup(ucp_con_t *uc)
 {
+    if (ucp_peer_wired(uc)) return 0; /* an endpoint other connections use already */
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
         .cb.send      = flush_cb,
@@ -274,32 +218,9 @@ void ucp_wiring_check(void)
                      pscom_con_name(uc->con), ucp_cfg.wireup_timeout_ms);
         }
         ucp_g.must_probe = 1; /* messages may have arrived meanwhile */
+        if (!failed) ucp_peer_set_wired(uc);
         wiring_end(uc);
         pscom_con_handshake_done(uc->con, failed ? -1 : 0);
-    }
-}
-
-static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
-{
-    ucp_req_release(request);
-}
-
-static void ep_close(ucp_con_t *uc, int force)
-{
-    ucp_ep_h ep = uc->ep;
-    if (!ep) return;
-    uc->ep                = NULL;
-    ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
-        .cb.send      = ep_close_cb,
-        .flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
-    };
-    ucs_status_ptr_t st = ucp_ep_close_nbx(ep, &p);
-    if (UCS_PTR_IS_PTR(st)) {
-        ucp_req_track(st, UCP_REQ_CLOSE, 0);
-        ucp_wake();
-    } else if (UCS_PTR_STATUS(st) != UCS_OK && !force) {
-        plog_dbg("ucp: ucp_ep_close_nbx(): %s", ucs_status_string(UCS_PTR_STATUS(st)));
     }
 }
 
@@ -338,8 +259,11 @@ int ucp_con_connect(pscom_con_t *con, const void *reply, size_t len, void *confi
     const void *addr = get_hdr(con, reply, len, &alen, &peer_id);
     if (!addr) return -1;
     uc->peer_id = peer_id;
-    if (ep_create(uc, addr, alen) < 0) return -1;
-    put_hdr(confirm, 0, 0); /* magic and version only */
+    uint32_t gen;
+    if (ucp_peer_connect(uc, addr, alen, &gen) < 0) return -1;
+    put_hdr(confirm, 0, 0); /* magic and version */
+    gen = htole32(gen);
+    memcpy((char *)confirm + 8, &gen, 4); /* the endpoint's generation (ucp_peer.c) */
     *confirm_len = UCP_CONFIRM_LEN;
     return ep_wireup(uc);
 }
@@ -347,14 +271,15 @@ int ucp_con_connect(pscom_con_t *con, const void *reply, size_t len, void *confi
 int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len)
 {
     ucp_con_t *uc = pscom_con_plugin_priv(con);
-    uint32_t magic;
+    uint32_t magic, gen;
     uint16_t ver;
     if (len != UCP_CONFIRM_LEN) goto bad;
     memcpy(&magic, confirm, 4);
     memcpy(&ver, (const char *)confirm + 4, 2);
-    if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION) goto bad;
+    memcpy(&gen, (const char *)confirm + 8, 4);
+    if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION || !gen) goto bad;
     if (!uc->peer_addr) return -1;
-    int rc = ep_create(uc, uc->peer_addr, uc->peer_addr_len);
+    int rc = ucp_peer_accept(uc, uc->peer_addr, uc->peer_addr_len, le32toh(gen));
     if (rc == 0) rc = ep_wireup(uc); /* 0, PSCOM_PLUGIN_PENDING or -1 */
     free(uc->peer_addr);
     uc->peer_addr = NULL;
@@ -433,20 +358,23 @@ int ucp_con_start(pscom_con_t *con, int *fd)
 /* Everything of the connection except the socket. */
 static void con_teardown(ucp_con_t *uc, int force)
 {
-    /* After an error (force), the endpoint's outstanding operations are
-     * cancelled (UCP_EP_CLOSE_FLAG_FORCE): a dead peer never ends a
-     * transfer, and a flush would wait for it until exit. UCX 1.13 allows
-     * that on endpoints of error handling mode PEER only; on others it
-     * works but keeps resources (over shared memory, mappings of the
-     * peer's segments: 30 KB of memory and 760 KB of address space per
-     * connection, found by fuzz_ucp). So an endpoint of mode NONE with no
-     * send or DATA receive of ours in flight is closed with a flush, as
-     * after a graceful close, which ends at once then. */
-    int busy = uc->tx_pending ||
-               (uc->rx_req && uc->rx_req->type == UCP_REQ_DATA && !uc->rx_req->completed);
+    /* The endpoint is shared with the other connections to the same peer
+     * worker (ucp_peer.c) and stays for them. After an error (force) with
+     * a send or a matched DATA receive of ours still in flight (the
+     * receive is cancelled first where UCX has not matched it yet), the
+     * endpoint is closed with UCP_EP_CLOSE_FLAG_FORCE, which cancels its
+     * operations: a dead or broken peer may never end them, and the core
+     * takes their buffers back when we return; the other connections on
+     * it fail too (their peer is dead or broken). UCX 1.13 allows FORCE on
+     * endpoints of error handling mode PEER only; on others it works but
+     * keeps resources (over shared memory, mappings of the peer's
+     * segments: 30 KB of memory and 760 KB of address space, found by
+     * fuzz_ucp), so it is kept for that case. */
     wiring_end(uc);
     ucp_rx_close(uc);
-    ep_close(uc, force && (uc->ep_peer_mode || busy));
+    int busy = uc->tx_pending ||
+               (uc->rx_req && uc->rx_req->type == UCP_REQ_DATA && !uc->rx_req->completed);
+    ucp_peer_detach(uc, force && busy);
     ucp_rx_close_end(uc);
     ucp_g.must_probe = 1; /* the worker may have been progressed meanwhile */
     uc->closed = 1;

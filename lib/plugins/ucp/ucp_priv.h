@@ -119,11 +119,15 @@ typedef struct ucp_stash {
     ucp_tag_recv_info_t info;
 } ucp_stash_t;
 
+typedef struct ucp_pep ucp_pep_t; /* an endpoint to a peer worker (ucp_peer.c) */
+
 typedef struct ucp_con {
     pscom_con_t *con;
     uint64_t id;        /* ours: in the tags the peer sends us */
     uint64_t peer_id;   /* the peer's: in the tags we send */
-    ucp_ep_h ep;
+    ucp_ep_h ep;        /* pep's, shared with the other connections on it */
+    ucp_pep_t *pep;
+    pscom_list_t peer_next; /* in pep's connections */
     void *peer_addr;    /* accept side: worker address until con_confirm */
     size_t peer_addr_len;
 
@@ -226,6 +230,8 @@ typedef struct ucp_global {
     pscom_list_t failed;       /* connections with a failure to report */
     pscom_list_t prepost;      /* idle connections to post a receive for (ucp_recv.c) */
     pscom_list_t wiring;       /* connections whose handshake waits for the wire-up */
+    pscom_list_t peers;        /* peer workers (ucp_peer.c) */
+    pscom_list_t linger;       /* endpoints no connection uses, closed after a while */
 } ucp_global_t;
 extern ucp_global_t ucp_g;
 
@@ -306,6 +312,21 @@ int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len);
 int ucp_con_start(pscom_con_t *con, int *fd);
 void ucp_con_abort(pscom_con_t *con);
 void ucp_con_close(pscom_con_t *con);
+
+/* ---- ucp_peer.c: endpoints per peer worker, shared, paired in order --------------- */
+
+/* connecting side: an endpoint to the worker at addr (*gen: its generation,
+ * for the confirmation); accepting side: the one of that generation */
+int ucp_peer_connect(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t *gen);
+int ucp_peer_accept(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t gen);
+int ucp_peer_wired(const ucp_con_t *uc);
+void ucp_peer_set_wired(ucp_con_t *uc);
+/* the connection leaves its endpoint; force: close it with FORCE (its
+ * operations cancelled; the other connections on it fail) */
+void ucp_peer_detach(ucp_con_t *uc, int force);
+void ucp_peers_fini(void);
+/* close the endpoints no connection has used for UCP_EP_LINGER_US (poller) */
+void ucp_peers_linger(void);
 /* Report a deferred failure (endpoint error, dead socket, failed send or
  * receive) to the core once the messages that arrived before it are in.
  * Returns 1 when done with it, 0 to be asked again. */

@@ -42,6 +42,8 @@ ucp_global_t ucp_g = {
     .failed = PSCOM_LIST_INIT(ucp_g.failed),
     .prepost = PSCOM_LIST_INIT(ucp_g.prepost),
     .wiring  = PSCOM_LIST_INIT(ucp_g.wiring),
+    .peers   = PSCOM_LIST_INIT(ucp_g.peers),
+    .linger  = PSCOM_LIST_INIT(ucp_g.linger),
 };
 
 uint64_t ucp_now_us(void)
@@ -235,6 +237,7 @@ static __attribute__((noinline)) int poll_work(unsigned n, unsigned cbs)
     /* here, not in every pass: this part runs every UCP_IDLE_CLOCK_EVERY
      * idle passes (their probe) and every UCP_BUSY_PROBE_EVERY busy ones */
     if (!pscom_list_empty(&ucp_g.wiring)) ucp_wiring_check();
+    if (!pscom_list_empty(&ucp_g.linger)) ucp_peers_linger();
 
     if (ucp_g.must_probe) {
         ucp_tag_recv_info_t info;
@@ -513,6 +516,7 @@ void ucp_worker_fini(void)
     if (!ucp_g.worker) return;
     if (ucp_g.rx_done) ucp_req_release(ucp_g.rx_done);
     ucp_g.rx_done = NULL;
+    ucp_peers_fini(); /* endpoints no connection uses any more */
     /* let graceful endpoint closes finish (bounded: a dead peer never answers) */
     uint64_t t0 = ucp_now_us();
     while (ucp_g.inflight && ucp_now_us() - t0 < UCP_FINI_WAIT_US) ucp_worker_progress(ucp_g.worker);

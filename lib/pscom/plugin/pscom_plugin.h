@@ -167,6 +167,9 @@ PSCOM_PLUGIN_API const char *pscom_con_name(pscom_con_t *con); /* for logs */
  * a protocol error in what the peer sent, an abort), when the peer may
  * still be waiting for our EOF and must be told otherwise. */
 PSCOM_PLUGIN_API int pscom_con_closing_gracefully(pscom_con_t *con);
+/* Non-zero once the connection is ending: its EOF went out or the peer's
+ * arrived (no new message will be sent on it after its EOF). */
+PSCOM_PLUGIN_API int pscom_con_closing(pscom_con_t *con);
 
 /* The step that returned PSCOM_PLUGIN_PENDING (con_connect or con_confirm)
  * is over: rc 0 (as if the op had returned 0) or <0. Called once, from the

@@ -1,0 +1,345 @@
+/*
+ * ucp_peer.c - UCX endpoints per peer worker, shared by the connections to
+ * it, and created in an order both sides agree on.
+ *
+ * UCX pairs the endpoints two workers create to each other (from worker
+ * addresses) by a sequence number that each side counts on its own, per
+ * peer worker: the k-th endpoint one side creates to the other is paired
+ * with the k-th the other side creates. With one endpoint per connection,
+ * connections between the same two processes set up concurrently (threads,
+ * or a connect each way at once) created their endpoints in different
+ * orders on the two sides and were paired crosswise: closing one
+ * connection's endpoint then cancelled the rendezvous transfers of another
+ * (a DATA receive ended UCS_ERR_CANCELED and that connection failed;
+ * itest_threads_conns).
+ *
+ * So we count as UCX does: a peer keeps the generation of the newest
+ * endpoint we created to it (= UCX's sequence number + 1), and every
+ * connection on an endpoint of generation g is paired with the peer's
+ * endpoint of generation g. The connecting side takes its newest endpoint
+ * to the peer if a connection still uses it and is not closing, else it
+ * creates the next one; it tells the generation in its confirmation. The
+ * accepting side uses its endpoint of that generation, creating endpoints
+ * up to it where it is behind (one, usually); where it has closed that
+ * generation already (the peer's connections on it were closing), it
+ * refuses, and the handshake goes on to the next transport. The tags carry
+ * the receiving connection's id, so connections share an endpoint freely.
+ *
+ * An endpoint no connection uses any more lingers for UCP_EP_LINGER_US
+ * before it is closed: the peer may have decided to reuse it for a new
+ * connection just before our last one on it closed (its connection there
+ * was not closing yet when it decided), and its confirmation must still
+ * find it. A connecting side reuses an endpoint with a connection that is
+ * not closing, or one that has lingered for less than half that time: the
+ * peer's side of it went idle at about the same moment (the two sides'
+ * last connections on it close together), so it lingers there too
+ * (connect/close cycles between two processes then use one endpoint). Where
+ * the peer is known gone, the endpoint closes at once.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ucp_priv.h"
+
+/* a peer worker: the generation of the newest endpoint we created to it;
+ * kept for the life of the process, as UCX keeps its count */
+typedef struct ucp_peer {
+    pscom_list_t next; /* ucp_g.peers */
+    pscom_list_t eps;  /* ucp_pep_t.next, open endpoints */
+    uint32_t gen;
+    size_t addr_len;
+    unsigned char addr[];
+} ucp_peer_t;
+
+/* an endpoint to a peer */
+#define UCP_EP_LINGER_US 5000000u
+
+struct ucp_pep {
+    pscom_list_t next;        /* ucp_peer_t.eps */
+    pscom_list_t linger_next; /* ucp_g.linger while no connection uses it */
+    uint64_t idle_since_us;
+    pscom_list_t cons; /* ucp_con_t.peer_next */
+    ucp_peer_t *peer;
+    ucp_ep_h ep;
+    uint32_t gen;
+    unsigned peer_mode : 1; /* UCP_ERR_HANDLING_MODE_PEER */
+    unsigned wired : 1;     /* a flush of the endpoint completed */
+};
+
+static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucp_pep_t *e = arg;
+    if (e->ep != ep) return;
+    plog_dbg("ucp: endpoint error: %s", ucs_status_string(status));
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &e->cons)
+    {
+        ucp_con_t *uc = pscom_list_entry(pos, ucp_con_t, peer_next);
+        uc->ep_failed = 1;
+        ucp_failed(uc); /* reported by the poller, after what already arrived */
+    }
+}
+
+/* Error handling mode: NONE by default; dead peers are noticed through
+ * the handshake socket (ucp_handshake.c). With PSP_UCP_ERR_HANDLING=1,
+ * UCP_ERR_HANDLING_MODE_PEER where UCX supports it (tcp, verbs): UCX then
+ * also notices unreachable peers (keepalive), but UCX 1.13 drops the RMA
+ * lane of tcp endpoints in that mode, so that rendezvous data goes as
+ * fragmented active messages (1 MiB ping-pong over tcp on loopback: about
+ * 0.65x). UCX 1.13's shared-memory transports refuse the mode; after the
+ * first "unreachable" we use NONE for the rest of the process. UCX logs
+ * that first refusal as an error; as it is expected, that message is held
+ * back (ucp_log.c). Every ucp_ep_create() that got as far as refusing
+ * "unreachable" or creating counts in UCX's sequence, so in ours too. */
+static int peer_mode_unsupported;
+
+static ucp_pep_t *ep_create(ucp_peer_t *p, ucs_status_t *st_out)
+{
+    ucp_pep_t *e = calloc(1, sizeof(*e));
+    if (!e) {
+        *st_out = UCS_ERR_NO_MEMORY;
+        return NULL;
+    }
+    ucp_ep_params_t prm = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address     = (const ucp_address_t *)p->addr,
+        .err_mode    = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ep_error_cb, .arg = e},
+    };
+    ucs_status_t st = UCS_ERR_UNREACHABLE;
+    if (ucp_cfg.err_handling && !peer_mode_unsupported) {
+        ucp_log_hold();
+        st = ucp_ep_create(ucp_g.worker, &prm, &e->ep);
+        ucp_log_release(st == UCS_ERR_UNREACHABLE); /* expected: dropped; else replayed */
+        if (st == UCS_OK || st == UCS_ERR_UNREACHABLE) p->gen++;
+        if (st == UCS_ERR_UNREACHABLE) {
+            peer_mode_unsupported = 1;
+            plog_dbg("ucp: the UCX transports in use cannot detect peer failures; using "
+                     "UCP_ERR_HANDLING_MODE_NONE (dead peers are noticed through the "
+                     "handshake socket)");
+        }
+    }
+    if (st == UCS_ERR_UNREACHABLE) {
+        prm.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        st           = ucp_ep_create(ucp_g.worker, &prm, &e->ep);
+        if (st == UCS_OK) p->gen++;
+    }
+    *st_out = st;
+    if (st != UCS_OK) {
+        free(e);
+        return NULL;
+    }
+    e->peer      = p;
+    e->gen       = p->gen;
+    e->peer_mode = prm.err_mode == UCP_ERR_HANDLING_MODE_PEER;
+    pscom_list_init(&e->cons);
+    pscom_list_init(&e->linger_next);
+    pscom_list_add_tail(&e->next, &p->eps);
+    ucp_wake(); /* wire-up needs progress */
+    return e;
+}
+
+static ucp_peer_t *peer_get(const void *addr, size_t addr_len)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &ucp_g.peers)
+    {
+        ucp_peer_t *p = pscom_list_entry(pos, ucp_peer_t, next);
+        if (p->addr_len == addr_len && !memcmp(p->addr, addr, addr_len)) return p;
+    }
+    ucp_peer_t *p = calloc(1, sizeof(*p) + addr_len);
+    if (!p) return NULL;
+    memcpy(p->addr, addr, addr_len);
+    p->addr_len = addr_len;
+    pscom_list_init(&p->eps);
+    pscom_list_add_tail(&p->next, &ucp_g.peers);
+    return p;
+}
+
+static ucp_pep_t *ep_of_gen(ucp_peer_t *p, uint32_t gen)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &p->eps)
+    {
+        ucp_pep_t *e = pscom_list_entry(pos, ucp_pep_t, next);
+        if (e->gen == gen) return e;
+    }
+    return NULL;
+}
+
+/* the newest endpoint, if a connection on it is neither closing nor failed,
+ * or if it has lingered for less than half its time */
+static ucp_pep_t *ep_reusable(ucp_peer_t *p)
+{
+    ucp_pep_t *e = ep_of_gen(p, p->gen);
+    if (!e) return NULL;
+    if (pscom_list_linked(&e->linger_next))
+        return ucp_now_us() - e->idle_since_us < UCP_EP_LINGER_US / 2 ? e : NULL;
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &e->cons)
+    {
+        ucp_con_t *uc = pscom_list_entry(pos, ucp_con_t, peer_next);
+        if (!uc->closed && !uc->ep_failed && !uc->sock_dead && !uc->bye_seen &&
+            !pscom_con_closing(uc->con))
+            return e;
+    }
+    return NULL;
+}
+
+static void attach(ucp_con_t *uc, ucp_pep_t *e)
+{
+    ucp_peer_t *p    = e->peer;
+    pscom_list_del(&e->linger_next); /* used again */
+    uc->pep          = e;
+    uc->ep           = e->ep;
+    uc->ep_peer_mode = e->peer_mode;
+    /* a connection to our own worker: UCX's "self" delivers a message at
+     * once, inside the send (see send_one) */
+    uc->self_peer = p->addr_len == ucp_g.addr_len && !memcmp(p->addr, ucp_g.addr, p->addr_len);
+    pscom_list_add_tail(&uc->peer_next, &e->cons);
+}
+
+static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
+{
+    ucp_req_release(request); /* frees the ucp_pep_t too (its buf) */
+}
+
+/* Close an endpoint no connection uses (FLUSH, or FORCE: its operations
+ * are cancelled). UCX may name e in callbacks until the close ends. */
+static void ep_close(ucp_pep_t *e, int force)
+{
+    pscom_list_del(&e->next);
+    pscom_list_del(&e->linger_next);
+    ucp_ep_h ep = e->ep;
+    e->ep       = NULL;
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
+        .cb.send      = ep_close_cb,
+        .flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+    };
+    ucs_status_ptr_t st = ucp_ep_close_nbx(ep, &prm);
+    if (UCS_PTR_IS_PTR(st)) {
+        ucp_req_track(st, UCP_REQ_CLOSE, 0);
+        ((ucp_req_t *)st)->buf = (char *)e;
+        ucp_wake();
+        return;
+    }
+    if (UCS_PTR_STATUS(st) != UCS_OK && !force)
+        plog_dbg("ucp: ucp_ep_close_nbx(): %s", ucs_status_string(UCS_PTR_STATUS(st)));
+    free(e);
+}
+
+int ucp_peer_connect(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t *gen)
+{
+    ucp_peer_t *p = peer_get(addr, addr_len);
+    if (!p) return -1;
+    ucp_pep_t *e = ep_reusable(p);
+    if (!e) {
+        ucs_status_t st;
+        e = ep_create(p, &st);
+        if (!e) {
+            plog_err("%s: ucp: ucp_ep_create(): %s", pscom_con_name(uc->con),
+                     ucs_status_string(st));
+            return -1;
+        }
+    }
+    attach(uc, e);
+    *gen = e->gen;
+    return 0;
+}
+
+int ucp_peer_accept(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t gen)
+{
+    ucp_peer_t *p = peer_get(addr, addr_len);
+    if (!p) return -1;
+    ucp_pep_t *e = NULL;
+    if (gen > p->gen) {
+        /* behind: create up to it (those in between, if any, the peer
+         * created for handshakes that did not reach us; closed at once) */
+        while (p->gen < gen) {
+            ucs_status_t st;
+            e = ep_create(p, &st);
+            if (!e) {
+                plog_err("%s: ucp: ucp_ep_create(): %s", pscom_con_name(uc->con),
+                         ucs_status_string(st));
+                return -1;
+            }
+            if (p->gen < gen) ep_close(e, 0);
+        }
+    } else {
+        e = ep_of_gen(p, gen);
+        if (!e) {
+            plog_dbg("%s: ucp: the peer's endpoint %u is paired with one of ours that is "
+                     "closed; not over ucp",
+                     pscom_con_name(uc->con), gen);
+            return -1;
+        }
+    }
+    attach(uc, e);
+    return 0;
+}
+
+int ucp_peer_wired(const ucp_con_t *uc)
+{
+    return uc->pep && uc->pep->wired;
+}
+
+void ucp_peer_set_wired(ucp_con_t *uc)
+{
+    if (uc->pep) uc->pep->wired = 1;
+}
+
+void ucp_peer_detach(ucp_con_t *uc, int force)
+{
+    ucp_pep_t *e = uc->pep;
+    uc->ep       = NULL;
+    if (!e) return;
+    uc->pep = NULL;
+    pscom_list_del(&uc->peer_next);
+    if (force) {
+        /* transfers that a dead or broken peer may never end: cancel them
+         * before the core takes their buffers back; the other connections
+         * on the endpoint fail with it */
+        while (!pscom_list_empty(&e->cons)) {
+            ucp_con_t *o = pscom_list_entry(e->cons.next, ucp_con_t, peer_next);
+            pscom_list_del(&o->peer_next);
+            o->pep       = NULL;
+            o->ep        = NULL;
+            o->ep_failed = 1;
+            ucp_failed(o);
+        }
+        ep_close(e, 1);
+    } else if (pscom_list_empty(&e->cons)) {
+        if (uc->sock_dead || uc->ep_failed) {
+            ep_close(e, e->peer_mode); /* the peer is gone; FORCE is for mode PEER */
+        } else {
+            e->idle_since_us = ucp_now_us();
+            pscom_list_add_tail(&e->linger_next, &ucp_g.linger);
+        }
+    }
+}
+
+void ucp_peers_linger(void)
+{
+    uint64_t now = ucp_now_us();
+    while (!pscom_list_empty(&ucp_g.linger)) {
+        ucp_pep_t *e = pscom_list_entry(ucp_g.linger.next, ucp_pep_t, linger_next);
+        if (now - e->idle_since_us < UCP_EP_LINGER_US) break; /* the oldest first */
+        ep_close(e, 0);
+    }
+}
+
+void ucp_peers_fini(void)
+{
+    while (!pscom_list_empty(&ucp_g.peers)) {
+        ucp_peer_t *p = pscom_list_entry(ucp_g.peers.next, ucp_peer_t, next);
+        while (!pscom_list_empty(&p->eps)) {
+            ucp_pep_t *e = pscom_list_entry(p->eps.next, ucp_pep_t, next);
+            while (!pscom_list_empty(&e->cons)) pscom_list_del(e->cons.next);
+            ep_close(e, 0);
+        }
+        pscom_list_del(&p->next);
+        free(p);
+    }
+}
