@@ -14,7 +14,7 @@
  * transfers of another (lib/plugins/ucp/ucp_peer.c).
  * scripts/test.sh runs it under ThreadSanitizer too.
  */
-#include "pscom_testutil.h"
+#include "threads_echo.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -25,14 +25,6 @@
 #define CYCLES   12
 #define PINGS    8
 #define MAXLEN   (64 * 1024)
-#define TAG_BYE  0xB7EB7Eu
-#define TAG_PING 0x50494E47u
-
-typedef struct xh {
-    uint32_t tag;
-    uint32_t thread;
-    uint32_t round;
-} xh_t;
 
 static size_t len_of(uint32_t t, uint32_t r)
 {
@@ -41,36 +33,7 @@ static size_t len_of(uint32_t t, uint32_t r)
 
 static int server(tu_ctx_t *ctx)
 {
-    TU_ASSERT_OK(pscom_init_thread(PSCOM_VERSION));
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    char *buf            = tu_malloc(MAXLEN);
-    pscom_request_t *req = pscom_request_create(sizeof(xh_t), 0);
-    int byes             = 0;
-    while (byes < NTHREADS * CYCLES) {
-        req->connection  = NULL;
-        req->socket      = sock;
-        req->data        = buf;
-        req->data_len    = MAXLEN;
-        req->xheader_len = sizeof(xh_t);
-        pscom_post_recv(req);
-        pscom_wait(req);
-        TU_ASSERT_SUCCESSFUL(req);
-        xh_t xh;
-        memcpy(&xh, &req->xheader, sizeof(xh));
-        if (xh.tag == TU_TAG_HELLO) continue;
-        if (xh.tag == TAG_BYE) {
-            byes++;
-            pscom_close_connection(req->connection);
-            continue;
-        }
-        TU_ASSERT_EQ(xh.tag, TAG_PING);
-        pscom_send(req->connection, &xh, sizeof(xh), buf, req->header.data_len);
-    }
-    pscom_request_free(req);
-    free(buf);
-    pscom_close_socket(sock);
-    return 0;
+    return threads_echo_server(ctx, MAXLEN, NTHREADS * CYCLES, 1);
 }
 
 typedef struct targ {

@@ -230,20 +230,23 @@ static void ep_close(ucp_pep_t *e, int force)
     free(e);
 }
 
+/* the next endpoint to p, for uc (which an error names) */
+static ucp_pep_t *ep_next(ucp_peer_t *p, ucp_con_t *uc)
+{
+    ucs_status_t st;
+    ucp_pep_t *e = ep_create(p, &st);
+    if (!e)
+        plog_err("%s: ucp: ucp_ep_create(): %s", pscom_con_name(uc->con), ucs_status_string(st));
+    return e;
+}
+
 int ucp_peer_connect(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t *gen)
 {
     ucp_peer_t *p = peer_get(addr, addr_len);
     if (!p) return -1;
     ucp_pep_t *e = ep_reusable(p);
-    if (!e) {
-        ucs_status_t st;
-        e = ep_create(p, &st);
-        if (!e) {
-            plog_err("%s: ucp: ucp_ep_create(): %s", pscom_con_name(uc->con),
-                     ucs_status_string(st));
-            return -1;
-        }
-    }
+    if (!e) e = ep_next(p, uc);
+    if (!e) return -1;
     attach(uc, e);
     *gen = e->gen;
     return 0;
@@ -258,13 +261,8 @@ int ucp_peer_accept(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t g
         /* behind: create up to it (those in between, if any, the peer
          * created for handshakes that did not reach us; closed at once) */
         while (p->gen < gen) {
-            ucs_status_t st;
-            e = ep_create(p, &st);
-            if (!e) {
-                plog_err("%s: ucp: ucp_ep_create(): %s", pscom_con_name(uc->con),
-                         ucs_status_string(st));
-                return -1;
-            }
+            e = ep_next(p, uc);
+            if (!e) return -1;
             if (p->gen < gen) ep_close(e, 0);
         }
     } else {
