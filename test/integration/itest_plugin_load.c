@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include <pscom.h>
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,15 +77,23 @@ static unsigned probe(const char *ucp, const char *openib)
         sigaction(SIGSEGV, NULL, &sa);
         if (sa.sa_handler != before.sa_handler) m |= SEGV_HANDLER;
         pscom_close_socket(s);
-        if (write(fd[1], &m, sizeof(m)) != sizeof(m)) _exit(103);
+        ssize_t w;
+        while ((w = write(fd[1], &m, sizeof(m))) < 0 && errno == EINTR) {
+        }
+        if (w != sizeof(m)) _exit(103);
         _exit(0);
     }
     close(fd[1]);
     unsigned m = ~0u;
-    if (pid < 0 || read(fd[0], &m, sizeof(m)) != sizeof(m)) m = ~0u;
+    ssize_t n;
+    do { /* (scripts/sigstorm.sh interrupts every call) */
+        n = pid < 0 ? -1 : read(fd[0], &m, sizeof(m));
+    } while (n < 0 && errno == EINTR);
+    if (n != sizeof(m)) m = ~0u;
     close(fd[0]);
     int st;
-    if (pid > 0) waitpid(pid, &st, 0);
+    while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
     return m;
 }
 
