@@ -16,6 +16,16 @@
  *                            same processes is ucp again.
  *   ucp_handshake_bad_reply  the same for the server's ACCEPT: the client
  *                            must not use the address (it cancels ucp).
+ *   ucp_handshake_bad_confirm
+ *                            the client's CONFIRM of ucp garbled (its
+ *                            magic): the server refuses it with one logged
+ *                            error, the connection comes up over tcp. The
+ *                            client had created its endpoint already
+ *                            (generation 1, ucp_peer.c) and reuses it, still
+ *                            lingering, for the second connection; the
+ *                            server, which has created none, catches up to
+ *                            that generation, and the second connection is
+ *                            ucp.
  *   ucp_handshake_death      a client that dies right after the last
  *                            message of the handshake (see hs_server);
  *   ucp_handshake_stopped    one that stops there, alive: it never
@@ -48,6 +58,7 @@ enum hs_mode {
     HS_NONE,
     HS_BAD_OFFER,          /* garble the worker address in our next OFFER of ucp */
     HS_BAD_REPLY,          /* ... in our next ACCEPT with a ucp blob */
+    HS_BAD_CONFIRM,        /* garble the magic of our next CONFIRM of ucp */
     HS_DIE_AFTER_CONFIRM,  /* SIGKILL ourselves once a CONFIRM has gone out */
     HS_STOP_AFTER_CONFIRM, /* tell the server, then SIGSTOP ourselves */
     HS_PAUSE_AFTER_CONFIRM, /* the same, and go on when continued */
@@ -88,6 +99,14 @@ __attribute__((visibility("default"))) ssize_t send(int fd, const void *buf, siz
         if (le32toh(h.magic) != PSCOM_PRECON_MAGIC || blen > len - body) break;
         uint16_t type = le16toh(h.type);
         if (arm >= HS_DIE_AFTER_CONFIRM && type == PSCOM_PRECON_CONFIRM) die = 1;
+        if (arm == HS_BAD_CONFIRM && type == PSCOM_PRECON_CONFIRM && blen >= 4 &&
+            !memcmp(in + body, "UCP1", 4)) {
+            copy = tu_malloc(len);
+            memcpy(copy, buf, len);
+            copy[body] ^= 0x5a;
+            garbled++;
+            arm = HS_NONE;
+        }
         const unsigned char *blob = blob_to_garble(type, in + body, blen);
         if (blob) {
             if (!copy) {
@@ -126,12 +145,19 @@ static void check_type(pscom_connection_t *con, const char *want)
     TU_ASSERT_STR_EQ(pscom_con_type_str(con->type), want);
 }
 
-/* The side that received the garbled address logged one error and fell
- * back to tcp; the other side garbled it. Then ucp works again. */
-static void check_side(enum hs_mode garbler)
+#define CONFIRM_BAD "malformed handshake confirmation"
+
+/* The side that received the garbled address (or confirmation) logged one
+ * error and fell back to tcp; the other side garbled it. Then ucp works
+ * again. */
+static void check_side(int client)
 {
-    TU_ASSERT_EQ(garbled, run_mode == garbler);
-    TU_ASSERT_EQ(tu_log_file_count(CHECK_FAILED), run_mode != garbler);
+    int mine = client ? run_mode == HS_BAD_OFFER || run_mode == HS_BAD_CONFIRM
+                      : run_mode == HS_BAD_REPLY;
+    int confirm = run_mode == HS_BAD_CONFIRM;
+    TU_ASSERT_EQ(garbled, mine);
+    TU_ASSERT_EQ(tu_log_file_count(confirm ? CONFIRM_BAD : CHECK_FAILED), !mine);
+    TU_ASSERT_EQ(tu_log_file_count(confirm ? CHECK_FAILED : CONFIRM_BAD), 0);
     TU_ASSERT_EQ(tu_log_file_count("ucp: ucp_ep_create()"), 0);
 }
 
@@ -144,12 +170,12 @@ static int bad_server(tu_ctx_t *ctx)
     tu_server_accept_all(ctx, sock, cons);
     check_type(cons[1], "tcp");
     tu_echo_server(cons[1], 1);
-    check_side(HS_BAD_REPLY);
+    check_side(0);
 
     tu_server_accept_all(ctx, sock, cons);
     check_type(cons[1], "ucp");
     tu_echo_server(cons[1], 2);
-    check_side(HS_BAD_REPLY);
+    check_side(0);
     tu_log_file_remove();
     pscom_close_socket(sock);
     return 0;
@@ -158,16 +184,16 @@ static int bad_server(tu_ctx_t *ctx)
 static int bad_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    if (run_mode == HS_BAD_OFFER) arm = HS_BAD_OFFER;
+    if (run_mode == HS_BAD_OFFER || run_mode == HS_BAD_CONFIRM) arm = run_mode;
     pscom_connection_t *con = tu_client_connect(ctx, sock);
     check_type(con, "tcp");
     tu_echo_client(con, 1);
-    check_side(HS_BAD_OFFER);
+    check_side(1);
 
     con = tu_client_connect(ctx, sock);
     check_type(con, "ucp");
     tu_echo_client(con, 2);
-    check_side(HS_BAD_OFFER);
+    check_side(1);
     tu_log_file_remove();
     pscom_close_socket(sock);
     return 0;
@@ -299,7 +325,8 @@ int main(int argc, char **argv)
 {
     static const char *const names[] = {
         [HS_BAD_OFFER] = "ucp_handshake_bad_offer",
-        [HS_BAD_REPLY] = "ucp_handshake_bad_reply",
+        [HS_BAD_REPLY]   = "ucp_handshake_bad_reply",
+        [HS_BAD_CONFIRM] = "ucp_handshake_bad_confirm",
     };
     const char *only = argc > 1 ? argv[1] : NULL; /* one case only */
     /* tcp to fall back to; the connection types are checked here */
@@ -308,7 +335,7 @@ int main(int argc, char **argv)
     setenv("PSP_TCP", "1", 1);
     unsetenv("PSCOM_TEST_CONTYPE");
     tu_log_files("itest_ucp_handshake", 1);
-    for (run_mode = HS_BAD_OFFER; run_mode <= HS_BAD_REPLY; run_mode++) {
+    for (run_mode = HS_BAD_OFFER; run_mode <= HS_BAD_CONFIRM; run_mode++) {
         if (only && strcmp(only, names[run_mode])) continue;
         if (tu_run(names[run_mode], 1, bad_server, bad_client, NULL)) return 1;
     }
