@@ -193,7 +193,6 @@ static void attach(ucp_con_t *uc, ucp_pep_t *e)
     pscom_list_del(&e->linger_next); /* used again */
     uc->pep          = e;
     uc->ep           = e->ep;
-    uc->ep_peer_mode = e->peer_mode;
     /* a connection to our own worker: UCX's "self" delivers a message at
      * once, inside the send (see send_one) */
     uc->self_peer = p->addr_len == ucp_g.addr_len && !memcmp(p->addr, ucp_g.addr, p->addr_len);

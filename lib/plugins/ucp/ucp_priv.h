@@ -146,7 +146,6 @@ typedef struct ucp_con {
     unsigned prepost_now : 1; /* in the poller's pre-post pass */
     unsigned self_peer : 1;   /* the peer is our own worker (UCX "self"): a send may
                                * put a message into our unexpected queue at once */
-    unsigned ep_peer_mode : 1; /* ep created with UCP_ERR_HANDLING_MODE_PEER */
     pscom_list_t dirty_next; /* in ucp_g.dirty: work for the poller */
     pscom_list_t fail_next;  /* in ucp_g.failed: a failure to report */
     pscom_list_t prepost_next; /* in ucp_g.prepost: idle, post the next receive */
