@@ -21,11 +21,20 @@
  *                            magic): the server refuses it with one logged
  *                            error, the connection comes up over tcp. The
  *                            client had created its endpoint already
- *                            (generation 1, ucp_peer.c) and reuses it, still
- *                            lingering, for the second connection; the
- *                            server, which has created none, catches up to
- *                            that generation, and the second connection is
- *                            ucp.
+ *                            (generation 1, ucp_peer.c) and retires it (a
+ *                            handshake failed on it); the second connection
+ *                            takes generation 2, and the server, which has
+ *                            created none, catches up by two: the second
+ *                            connection is ucp.
+ *   ucp_handshake_refused    the client names an endpoint the server has
+ *                            closed already: the server closes an unused
+ *                            endpoint at once (PSP_UCP_EP_LINGER=0), the
+ *                            client reuses its own, still lingering. The
+ *                            server refuses ucp for that connection (tcp),
+ *                            the client retires the endpoint, and the next
+ *                            connection is ucp again on generation 2 (the
+ *                            server catches up by one), with rendezvous
+ *                            messages both ways.
  *   ucp_handshake_death      a client that dies right after the last
  *                            message of the handshake (see hs_server);
  *   ucp_handshake_stopped    one that stops there, alive: it never
@@ -161,6 +170,9 @@ static void check_side(int client)
     TU_ASSERT_EQ(tu_log_file_count("ucp: ucp_ep_create()"), 0);
 }
 
+/* where the server caught up with the client's endpoint generations */
+#define CAUGHT_UP(from, to) ": ucp: endpoints " #from " to " #to " created, to pair"
+
 static int bad_server(tu_ctx_t *ctx)
 {
     pscom_connection_t *cons[2];
@@ -176,6 +188,8 @@ static int bad_server(tu_ctx_t *ctx)
     check_type(cons[1], "ucp");
     tu_echo_server(cons[1], 2);
     check_side(0);
+    /* the client's endpoint 1 never reached us: 1 and 2 created here */
+    TU_ASSERT_EQ(tu_log_file_count(CAUGHT_UP(1, 2)), run_mode == HS_BAD_CONFIRM);
     tu_log_file_remove();
     pscom_close_socket(sock);
     return 0;
@@ -194,6 +208,97 @@ static int bad_client(tu_ctx_t *ctx)
     check_type(con, "ucp");
     tu_echo_client(con, 2);
     check_side(1);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---- an endpoint the accepting side has closed ----------------------------------------- */
+
+#define EP1_CLOSED  "ucp: endpoint 1 closed"
+#define EP_REFUSED  "ucp: the peer's endpoint 1 is paired with one of ours that is closed"
+#define CLOSED_MINE ": ucp: close (graceful)"
+#define BIG_LEN     (1u << 20) /* a rendezvous over UCX's shared memory and tcp */
+
+static void refused_env(const tu_ctx_t *ctx)
+{
+    /* the server closes an unused endpoint at once; the client may reuse
+     * its own for five minutes */
+    setenv("PSP_UCP_EP_LINGER", ctx->rank == TU_SERVER ? "0" : "600000", 1);
+}
+
+/* progress until our log has line (at least n times) */
+static void wait_log(const char *line, int n)
+{
+    tu_step("waiting for the log line '%s'", line);
+    while (tu_log_file_count(line) < n) {
+        for (int i = 0; i < 100; i++) pscom_test_any();
+    }
+}
+
+/* BIG_LEN bytes each way: UCX answers a rendezvous over the endpoint it
+ * paired with the sender's; with ours paired wrongly it would not arrive */
+static void big_echo(pscom_connection_t *con, int client, uint32_t seed)
+{
+    unsigned char *buf = tu_malloc(BIG_LEN);
+    uint32_t tag       = 0xB16EC40u;
+    if (client) {
+        tu_fill(buf, BIG_LEN, seed);
+        pscom_send(con, &tag, sizeof(tag), buf, BIG_LEN);
+        memset(buf, 0, BIG_LEN);
+    }
+    TU_ASSERT_OK(pscom_recv_from(con, &tag, sizeof(tag), buf, BIG_LEN));
+    TU_ASSERT_PATTERN(buf, BIG_LEN, seed);
+    if (!client) pscom_send(con, &tag, sizeof(tag), buf, BIG_LEN);
+    free(buf);
+}
+
+static int refused_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    check_type(cons[1], "ucp");
+    tu_echo_server(cons[1], 1);
+    wait_log(EP1_CLOSED, 1); /* the connection's close, and the endpoint at once */
+    tu_signal(ctx, 1, 1);
+
+    tu_server_accept_all(ctx, sock, cons); /* the client names endpoint 1 */
+    check_type(cons[1], "tcp");
+    TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 1);
+    tu_echo_server(cons[1], 2);
+
+    tu_server_accept_all(ctx, sock, cons); /* its endpoint 2 */
+    check_type(cons[1], "ucp");
+    TU_ASSERT_EQ(tu_log_file_count(CAUGHT_UP(2, 2)), 1);
+    big_echo(cons[1], 0, 3);
+    tu_echo_server(cons[1], 4);
+    TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 1);
+    TU_ASSERT_EQ(tu_log_file_count("ucp: ucp_ep_create()"), 0);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int refused_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    check_type(con, "ucp");
+    tu_echo_client(con, 1);
+    wait_log(CLOSED_MINE, 1); /* our endpoint 1 lingers from now on */
+    tu_wait_signal(ctx, TU_SERVER);
+
+    con = tu_client_connect(ctx, sock); /* on endpoint 1, refused */
+    check_type(con, "tcp");
+    tu_echo_client(con, 2);
+
+    con = tu_client_connect(ctx, sock); /* endpoint 1 retired: on endpoint 2 */
+    check_type(con, "ucp");
+    big_echo(con, 1, 3);
+    tu_echo_client(con, 4);
+    TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 0);
     tu_log_file_remove();
     pscom_close_socket(sock);
     return 0;
@@ -334,11 +439,18 @@ int main(int argc, char **argv)
     char *contype = getenv("PSCOM_TEST_CONTYPE") ? strdup(getenv("PSCOM_TEST_CONTYPE")) : NULL;
     setenv("PSP_TCP", "1", 1);
     unsetenv("PSCOM_TEST_CONTYPE");
-    tu_log_files("itest_ucp_handshake", 1);
+    tu_log_files("itest_ucp_handshake", PSCOM_LOG_DEBUG); /* CAUGHT_UP, EP_REFUSED */
     for (run_mode = HS_BAD_OFFER; run_mode <= HS_BAD_CONFIRM; run_mode++) {
         if (only && strcmp(only, names[run_mode])) continue;
         if (tu_run(names[run_mode], 1, bad_server, bad_client, NULL)) return 1;
     }
+    tu_opts_t ref_opts;
+    memset(&ref_opts, 0, sizeof(ref_opts));
+    ref_opts.before_init = refused_env;
+    if ((!only || !strcmp(only, "ucp_handshake_refused")) &&
+        tu_run("ucp_handshake_refused", 1, refused_server, refused_client, &ref_opts))
+        return 1;
+    tu_log_files("itest_ucp_handshake", 1);
     /* the default bound (10 s) is above the test's timeout */
     setenv("PSP_UCP_WIREUP_TIMEOUT", WIREUP_TIMEOUT_MS, 1);
     tu_opts_t wt_opts;

@@ -431,9 +431,9 @@ static unsigned tu_default_timeout(void)
     return 60;
 }
 
-static void tu_child_main(tu_ctx_t *ctx, tu_role_fn fn, pid_t parent,
-                          unsigned timeout)
+static void tu_child_main(tu_ctx_t *ctx, tu_role_fn fn, pid_t parent, const tu_opts_t *opts)
 {
+    unsigned timeout = opts->timeout;
     /* die with the parent, so nothing outlives a killed test */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(125);
@@ -450,6 +450,7 @@ static void tu_child_main(tu_ctx_t *ctx, tu_role_fn fn, pid_t parent,
     sigaction(SIGUSR1, &sa, NULL);
     alarm(timeout);
 
+    if (opts->before_init) opts->before_init(ctx);
     /* pscom_init only now, after the fork, in every process */
     tu_step("pscom_init");
     TU_ASSERT_OK(pscom_init(PSCOM_VERSION));
@@ -534,7 +535,7 @@ int tu_run(const char *name, int nclients, tu_role_fn server, tu_role_fn client,
             }
             ctx.rank   = i;
             ctx.ctl[0] = sp[i][1];
-            tu_child_main(&ctx, client, parent, opts.timeout);
+            tu_child_main(&ctx, client, parent, &opts);
         }
         tu_children[i]     = pid;
         ctx.client_pids[i] = pid;
@@ -548,7 +549,7 @@ int tu_run(const char *name, int nclients, tu_role_fn server, tu_role_fn client,
                 ctx.ctl[j] = sp[j][0];
             }
             ctx.rank = TU_SERVER;
-            tu_child_main(&ctx, server, parent, opts.timeout);
+            tu_child_main(&ctx, server, parent, &opts);
         }
         tu_children[0] = pid;
     }

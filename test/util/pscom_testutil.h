@@ -64,6 +64,9 @@ typedef struct tu_opts {
     unsigned timeout;          /* watchdog seconds; 0 = PSCOM_TEST_TIMEOUT or 60 */
     unsigned killed_ok_mask;   /* bit i set: client i may end by SIGKILL */
     unsigned killed_must_mask; /* bit i set: client i must end by SIGKILL */
+    /* optional: runs in each role's process before its pscom_init (a
+     * role's own environment, say) */
+    void (*before_init)(const tu_ctx_t *ctx);
 } tu_opts_t;
 
 /* Run server + nclients clients (nclients may be 0). Returns 0 on success,

@@ -29,6 +29,9 @@ static const pscom_env_entry_t ucp_env[] = {
      "before the handshake goes on to the next transport (0: no limit of its own; the "
      "handshake's stall watchdog, PSP_PRECON_TCP_RECONNECT_TIMEOUT x _CONNECT_STALLED_MAX, "
      "then ends the attempt)", &ucp_cfg.wireup_timeout_ms, PSCOM_ENV_UINT, 0},
+    {"EP_LINGER", "5000", "ms an endpoint to a peer process stays open after its last "
+     "connection closed, for new connections to reuse within half that time",
+     &ucp_cfg.ep_linger_ms, PSCOM_ENV_UINT, 0},
     {NULL},
 };
 

@@ -25,8 +25,8 @@
  * refuses, and the handshake goes on to the next transport. The tags carry
  * the receiving connection's id, so connections share an endpoint freely.
  *
- * An endpoint no connection uses any more lingers for UCP_EP_LINGER_US
- * before it is closed: the peer may have decided to reuse it for a new
+ * An endpoint no connection uses any more lingers for PSP_UCP_EP_LINGER ms
+ * (ucp_linger_us()) before it is closed: the peer may have decided to reuse it for a new
  * connection just before our last one on it closed (its connection there
  * was not closing yet when it decided), and its confirmation must still
  * find it. A connecting side reuses an endpoint with a connection that is
@@ -34,7 +34,9 @@
  * peer's side of it went idle at about the same moment (the two sides'
  * last connections on it close together), so it lingers there too
  * (connect/close cycles between two processes then use one endpoint). Where
- * the peer is known gone, the endpoint closes at once.
+ * the peer is known gone, the endpoint closes at once. An endpoint on which
+ * a handshake failed (the peer may have refused it, or never seen it) is
+ * retired: new connections take the next one.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +54,10 @@ typedef struct ucp_peer {
 } ucp_peer_t;
 
 /* an endpoint to a peer */
-#define UCP_EP_LINGER_US 5000000u
+static inline uint64_t ucp_linger_us(void)
+{
+    return (uint64_t)ucp_cfg.ep_linger_ms * 1000;
+}
 
 struct ucp_pep {
     pscom_list_t next;        /* ucp_peer_t.eps */
@@ -64,6 +69,7 @@ struct ucp_pep {
     uint32_t gen;
     unsigned peer_mode : 1; /* UCP_ERR_HANDLING_MODE_PEER */
     unsigned wired : 1;     /* a flush of the endpoint completed */
+    unsigned retired : 1;   /* a handshake on it failed: no new connections */
 };
 
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -168,14 +174,14 @@ static ucp_pep_t *ep_of_gen(ucp_peer_t *p, uint32_t gen)
     return NULL;
 }
 
-/* the newest endpoint, if a connection on it is neither closing nor failed,
- * or if it has lingered for less than half its time */
+/* the newest endpoint, if not retired and a connection on it is neither
+ * closing nor failed, or if it has lingered for less than half its time */
 static ucp_pep_t *ep_reusable(ucp_peer_t *p)
 {
     ucp_pep_t *e = ep_of_gen(p, p->gen);
-    if (!e) return NULL;
+    if (!e || e->retired) return NULL;
     if (pscom_list_linked(&e->linger_next))
-        return ucp_now_us() - e->idle_since_us < UCP_EP_LINGER_US / 2 ? e : NULL;
+        return ucp_now_us() - e->idle_since_us < ucp_linger_us() / 2 ? e : NULL;
     pscom_list_t *pos;
     pscom_list_for_each(pos, &e->cons)
     {
@@ -210,6 +216,7 @@ static void ep_close(ucp_pep_t *e, int force)
 {
     pscom_list_del(&e->next);
     pscom_list_del(&e->linger_next);
+    plog_dbg("ucp: endpoint %u closed%s", e->gen, force ? " (force)" : "");
     ucp_ep_h ep = e->ep;
     e->ep       = NULL;
     ucp_request_param_t prm = {
@@ -259,6 +266,8 @@ int ucp_peer_accept(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t g
     if (gen > p->gen) {
         /* behind: create up to it (those in between, if any, the peer
          * created for handshakes that did not reach us; closed at once) */
+        plog_dbg("%s: ucp: endpoints %u to %u created, to pair with the peer's",
+                 pscom_con_name(uc->con), p->gen + 1, gen);
         while (p->gen < gen) {
             e = ep_next(p, uc);
             if (!e) return -1;
@@ -294,6 +303,7 @@ void ucp_peer_detach(ucp_con_t *uc, int force)
     if (!e) return;
     uc->pep = NULL;
     pscom_list_del(&uc->peer_next);
+    if (!uc->started) e->retired = 1; /* its handshake failed */
     if (force) {
         /* transfers that a dead or broken peer may never end: cancel them
          * before the core takes their buffers back; the other connections
@@ -322,7 +332,7 @@ void ucp_peers_linger(void)
     uint64_t now = ucp_now_us();
     while (!pscom_list_empty(&ucp_g.linger)) {
         ucp_pep_t *e = pscom_list_entry(ucp_g.linger.next, ucp_pep_t, linger_next);
-        if (now - e->idle_since_us < UCP_EP_LINGER_US) break; /* the oldest first */
+        if (now - e->idle_since_us < ucp_linger_us()) break; /* the oldest first */
         ep_close(e, 0);
     }
 }

@@ -71,6 +71,7 @@ typedef struct ucp_cfg {
     unsigned small_msg_len;  /* PSP_UCP_SMALL_MSG_LEN: packed into one send */
     unsigned err_handling;   /* PSP_UCP_ERR_HANDLING: UCP_ERR_HANDLING_MODE_PEER (0) */
     unsigned wireup_timeout_ms; /* PSP_UCP_WIREUP_TIMEOUT: bound of the wire-up (10000; 0: none) */
+    unsigned ep_linger_ms;      /* PSP_UCP_EP_LINGER: an unused endpoint stays open (5000) */
 } ucp_cfg_t;
 extern ucp_cfg_t ucp_cfg;
 
@@ -324,7 +325,7 @@ void ucp_peer_set_wired(ucp_con_t *uc);
  * operations cancelled; the other connections on it fail) */
 void ucp_peer_detach(ucp_con_t *uc, int force);
 void ucp_peers_fini(void);
-/* close the endpoints no connection has used for UCP_EP_LINGER_US (poller) */
+/* close the endpoints no connection has used for PSP_UCP_EP_LINGER (poller) */
 void ucp_peers_linger(void);
 /* Report a deferred failure (endpoint error, dead socket, failed send or
  * receive) to the core once the messages that arrived before it are in.
