@@ -374,7 +374,9 @@ static void con_teardown(ucp_con_t *uc, int force)
     ucp_rx_close(uc);
     int busy = uc->tx_pending ||
                (uc->rx_req && uc->rx_req->type == UCP_REQ_DATA && !uc->rx_req->completed);
-    ucp_peer_detach(uc, force && busy);
+    /* not graceful: no goodbye byte, so the peer may close its side of
+     * the endpoint at once (ucp_peer.c); ours takes no new connections */
+    ucp_peer_detach(uc, force && busy, force || !uc->started);
     ucp_rx_close_end(uc);
     ucp_g.must_probe = 1; /* the worker may have been progressed meanwhile */
     uc->closed = 1;

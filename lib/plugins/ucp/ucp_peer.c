@@ -34,9 +34,11 @@
  * peer's side of it went idle at about the same moment (the two sides'
  * last connections on it close together), so it lingers there too
  * (connect/close cycles between two processes then use one endpoint). Where
- * the peer is known gone, the endpoint closes at once. An endpoint on which
- * a handshake failed (the peer may have refused it, or never seen it) is
- * retired: new connections take the next one.
+ * the peer seems gone (a handshake socket closed without the goodbye byte),
+ * the endpoint closes at once. So a side whose connection ends without
+ * that byte (an error, a failed or refused handshake) retires the
+ * endpoint: it serves the connections it has, new ones take the next
+ * generation, which the peer catches up to.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -296,14 +298,14 @@ void ucp_peer_set_wired(ucp_con_t *uc)
     if (uc->pep) uc->pep->wired = 1;
 }
 
-void ucp_peer_detach(ucp_con_t *uc, int force)
+void ucp_peer_detach(ucp_con_t *uc, int force, int retire)
 {
     ucp_pep_t *e = uc->pep;
     uc->ep       = NULL;
     if (!e) return;
     uc->pep = NULL;
     pscom_list_del(&uc->peer_next);
-    if (!uc->started) e->retired = 1; /* its handshake failed */
+    if (retire) e->retired = 1;
     if (force) {
         /* transfers that a dead or broken peer may never end: cancel them
          * before the core takes their buffers back; the other connections

@@ -323,7 +323,9 @@ int ucp_peer_wired(const ucp_con_t *uc);
 void ucp_peer_set_wired(ucp_con_t *uc);
 /* the connection leaves its endpoint; force: close it with FORCE (its
  * operations cancelled; the other connections on it fail) */
-void ucp_peer_detach(ucp_con_t *uc, int force);
+/* force: close the endpoint with FORCE (the other connections on it fail);
+ * retire: no new connections on it (the connection did not end gracefully) */
+void ucp_peer_detach(ucp_con_t *uc, int force, int retire);
 void ucp_peers_fini(void);
 /* close the endpoints no connection has used for PSP_UCP_EP_LINGER (poller) */
 void ucp_peers_linger(void);
