@@ -112,6 +112,14 @@ void precon_cand_abort(pscom_precon_t *pre)
     pre->cand_idx    = -1;
 }
 
+/* between messages: back to the handshake's own input buffer */
+static void precon_in_reset(pscom_precon_t *pre)
+{
+    free(pre->in_big);
+    pre->in_big  = NULL;
+    pre->in_have = 0;
+}
+
 static void close_fd(pscom_precon_t *pre)
 {
     if (pre->ufd.fd < 0) return;
@@ -134,6 +142,7 @@ void precon_destroy(pscom_precon_t *pre)
     close_fd(pre);
     free(pre->out);
     pre->out = NULL;
+    precon_in_reset(pre);
     if (pre->con->precon == pre) pre->con->precon = NULL;
     pscom_defer_free(pre);
 }
@@ -331,7 +340,8 @@ static void read_msgs(pscom_precon_t *pre)
     for (;;) {
         size_t want = PSCOM_PRECON_HEADER_SIZE;
         if (pre->in_have >= PSCOM_PRECON_HEADER_SIZE) want += pre->hdr.len;
-        ssize_t n = recv(pre->ufd.fd, pre->in + pre->in_have, want - pre->in_have, MSG_DONTWAIT);
+        ssize_t n =
+            recv(pre->ufd.fd, precon_in(pre) + pre->in_have, want - pre->in_have, MSG_DONTWAIT);
         if (n == 0) {
             precon_handshake_failed(pre, 1, PSCOM_ERR_EOF, ECONNRESET, "the peer closed the connection");
             return;
@@ -347,7 +357,7 @@ static void read_msgs(pscom_precon_t *pre)
         pre->in_have += (size_t)n;
         if (pre->in_have == PSCOM_PRECON_HEADER_SIZE) {
             pscom_precon_header_t h;
-            memcpy(&h, pre->in, sizeof(h));
+            memcpy(&h, pre->in_inline, sizeof(h));
             pre->hdr.magic   = le32toh(h.magic);
             pre->hdr.type    = le16toh(h.type);
             pre->hdr.version = le16toh(h.version);
@@ -365,12 +375,27 @@ static void read_msgs(pscom_precon_t *pre)
                 precon_fail(pre, PSCOM_ERR_CONNECTION_REFUSED, EPROTO);
                 return;
             }
+            if (pre->hdr.len > PSCOM_PRECON_IN_INLINE) { /* a large blob */
+                pre->in_big = malloc(PSCOM_PRECON_HEADER_SIZE + pre->hdr.len);
+                if (!pre->in_big) {
+                    plog_err("%s: handshake: no memory for a message of %u bytes",
+                             pscom_con_name(pre->con), pre->hdr.len);
+                    precon_fail(pre, PSCOM_ERR_STDERROR, ENOMEM);
+                    return;
+                }
+                memcpy(pre->in_big, pre->in_inline, PSCOM_PRECON_HEADER_SIZE);
+            }
         }
         if (pre->in_have >= PSCOM_PRECON_HEADER_SIZE &&
             pre->in_have == PSCOM_PRECON_HEADER_SIZE + pre->hdr.len) {
-            pre->in_have  = 0;
-            unsigned att  = pre->attempt;
-            precon_handle_msg(pre);
+            /* the message is the handler's now: a new attempt or the end
+             * of the handshake inside it (precon_in_reset) leaves it be */
+            unsigned char *msg = precon_in(pre), *big = pre->in_big;
+            pre->in_big        = NULL;
+            pre->in_have       = 0;
+            unsigned att       = pre->attempt;
+            precon_handle_msg(pre, msg + PSCOM_PRECON_HEADER_SIZE);
+            free(big);
             /* finished, failed, handed over, or a new attempt began */
             if (pre->con->precon != pre || pre->phase != PHASE_HANDSHAKE || pre->attempt != att)
                 return;
@@ -462,7 +487,7 @@ void precon_attempt_start(pscom_precon_t *pre)
     char tgt[96], lim[96];
     pre->attempt++;
     pre->hello_received     = 0;
-    pre->in_have            = 0;
+    precon_in_reset(pre);
     pre->out_len            = 0;
     pre->out_off            = 0;
     pre->next_idx           = 0;

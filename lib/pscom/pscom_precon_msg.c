@@ -27,11 +27,25 @@ static int cand_begin(pscom_precon_t *pre, int idx)
     return 0;
 }
 
+/* A buffer for a blob of the handshake (PSCOM_PRECON_BLOB_MAX bytes:
+ * not on the stack of whatever thread progresses), or NULL after the
+ * handshake failed for want of memory. */
+static unsigned char *blob_alloc(pscom_precon_t *pre)
+{
+    unsigned char *b = malloc(PSCOM_PRECON_BLOB_MAX);
+    if (!b) {
+        plog_err("%s: handshake: out of memory", pscom_con_name(pre->con));
+        precon_fail(pre, PSCOM_ERR_STDERROR, ENOMEM);
+    }
+    return b;
+}
+
 /* connect side: offer the next usable plugin */
 static void offer_next(pscom_precon_t *pre)
 {
-    pscom_con_t *con = pre->con;
-    unsigned char blob[PSCOM_PRECON_BLOB_MAX];
+    pscom_con_t *con    = pre->con;
+    unsigned char *blob = blob_alloc(pre);
+    if (!blob) return;
 
     while (pre->next_idx < pscom_plugins_count()) {
         int idx = pre->next_idx++;
@@ -46,10 +60,13 @@ static void offer_next(pscom_precon_t *pre)
         if (len > PSCOM_PRECON_BLOB_MAX) len = PSCOM_PRECON_BLOB_MAX;
         char name[PSCOM_PRECON_PLUGIN_NAME] = {0};
         strncpy(name, pre->cand->name, sizeof(name) - 1);
-        if (precon_send_msg(pre, PSCOM_PRECON_OFFER, name, sizeof(name), blob, len) < 0)
-            precon_handshake_failed(pre, 1, PSCOM_ERR_STDERROR, errno, "send");
+        int rc = precon_send_msg(pre, PSCOM_PRECON_OFFER, name, sizeof(name), blob, len);
+        int e  = errno;
+        free(blob);
+        if (rc < 0) precon_handshake_failed(pre, 1, PSCOM_ERR_STDERROR, e, "send");
         return;
     }
+    free(blob);
     plog_err("%s: no common transport with the peer", pscom_con_name(con));
     precon_send_msg(pre, PSCOM_PRECON_NO_TRANSPORT, NULL, 0, NULL, 0);
     precon_fail(pre, PSCOM_ERR_STDERROR, ENOPROTOOPT);
@@ -107,11 +124,12 @@ static void handle_offer(pscom_precon_t *pre, const unsigned char *p, size_t len
 {
     pscom_con_t *con = pre->con;
     char name[PSCOM_PRECON_PLUGIN_NAME + 1];
-    unsigned char reply[PSCOM_PRECON_BLOB_MAX];
     size_t reply_len = 0;
     int idx;
 
     precon_cand_abort(pre); /* a new offer replaces an unanswered one */
+    unsigned char *reply = blob_alloc(pre);
+    if (!reply) return;
     memcpy(name, p, PSCOM_PRECON_PLUGIN_NAME);
     name[PSCOM_PRECON_PLUGIN_NAME] = 0;
     const pscom_plugin_desc_t *d   = pscom_plugin_find(name, &idx);
@@ -123,10 +141,13 @@ static void handle_offer(pscom_precon_t *pre, const unsigned char *p, size_t len
         goto decline;
     }
     if (reply_len > PSCOM_PRECON_BLOB_MAX) reply_len = PSCOM_PRECON_BLOB_MAX;
-    if (precon_send_msg(pre, PSCOM_PRECON_ACCEPT, reply, reply_len, NULL, 0) < 0)
-        precon_fail(pre, PSCOM_ERR_STDERROR, errno);
+    int rc = precon_send_msg(pre, PSCOM_PRECON_ACCEPT, reply, reply_len, NULL, 0);
+    int e  = errno;
+    free(reply);
+    if (rc < 0) precon_fail(pre, PSCOM_ERR_STDERROR, e);
     return;
 decline:
+    free(reply);
     dprecon(pre, "precon accept %p: decline %s", (void *)pre, name);
     if (precon_send_msg(pre, PSCOM_PRECON_DECLINE, NULL, 0, NULL, 0) < 0)
         precon_fail(pre, PSCOM_ERR_STDERROR, errno);
@@ -152,23 +173,21 @@ static void connect_done(pscom_precon_t *pre, int rc, const void *confirm, size_
 
 static void handle_accept(pscom_precon_t *pre, const unsigned char *p, size_t len)
 {
-    unsigned char confirm[PSCOM_PRECON_BLOB_MAX];
+    unsigned char *confirm = blob_alloc(pre);
+    if (!confirm) return;
     size_t clen = 0;
     int rc      = 0;
     if (pre->cand->ops->con_connect)
         rc = pre->cand->ops->con_connect(pre->con, p, len, confirm, &clen);
     if (rc == PSCOM_PLUGIN_PENDING) {
         if (clen > PSCOM_PRECON_BLOB_MAX) clen = PSCOM_PRECON_BLOB_MAX;
-        pre->pending_confirm = malloc(clen ? clen : 1);
-        if (pre->pending_confirm) {
-            memcpy(pre->pending_confirm, confirm, clen);
-            pre->pending_confirm_len = clen;
-            pre->pending             = 1;
-            return;
-        }
-        rc = -1;
+        pre->pending_confirm     = confirm; /* sent by precon_pending_resume */
+        pre->pending_confirm_len = clen;
+        pre->pending             = 1;
+        return;
     }
     connect_done(pre, rc, confirm, clen);
+    free(confirm);
 }
 
 /* Accept side: con_confirm is over (rc); CONFIRM_OK and the transport
@@ -279,12 +298,11 @@ static int expected(const pscom_precon_t *pre, uint16_t type, size_t len)
     }
 }
 
-/* One complete message is in pre->in. */
-void precon_handle_msg(pscom_precon_t *pre)
+/* One complete message: pre->hdr, and its payload at p. */
+void precon_handle_msg(pscom_precon_t *pre, const unsigned char *p)
 {
     uint16_t type            = pre->hdr.type;
     size_t len               = pre->hdr.len;
-    const unsigned char *p   = pre->in + PSCOM_PRECON_HEADER_SIZE;
 
     dprecon(pre, "precon %s %p: recv type %u len %zu", precon_side(pre), (void *)pre, type, len);
     if (!expected(pre, type, len)) {

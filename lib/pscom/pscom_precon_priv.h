@@ -34,10 +34,12 @@ struct pscom_precon {
     pscom_precon_peer_t peer;
     uint32_t peer_attempt;                /* accept side: attempt number in the peer's HELLO */
 
-    /* input: header, then exactly hdr.len payload bytes */
+    /* input: header, then exactly hdr.len payload bytes, in in_inline or,
+     * for a payload above PSCOM_PRECON_IN_INLINE, in in_big (precon_in()) */
     pscom_precon_header_t hdr;
     size_t in_have;
-    unsigned char in[PSCOM_PRECON_HEADER_SIZE + PSCOM_PRECON_PAYLOAD_MAX];
+    unsigned char in_inline[PSCOM_PRECON_HEADER_SIZE + PSCOM_PRECON_IN_INLINE];
+    unsigned char *in_big;
 
     /* output */
     unsigned char *out;
@@ -74,6 +76,12 @@ struct pscom_precon {
     int moved;                            /* a byte moved since the last tick */
 };
 
+/* the message being read (header first) */
+static inline unsigned char *precon_in(pscom_precon_t *pre)
+{
+    return pre->in_big ? pre->in_big : pre->in_inline;
+}
+
 #define dprecon(pre, ...)                                                      \
     pscom_log_force(pscom_config.debug_precon, PSCOM_LOG_DEBUG, __VA_ARGS__)
 
@@ -99,7 +107,7 @@ pscom_precon_t *precon_create(pscom_con_t *con, int is_connect);
 
 /* pscom_precon_msg.c */
 void precon_pending_resume(pscom_precon_t *pre);
-void precon_handle_msg(pscom_precon_t *pre);
+void precon_handle_msg(pscom_precon_t *pre, const unsigned char *p);
 int precon_send_hello(pscom_precon_t *pre);
 
 /* pscom_precon_ondemand.c */

@@ -129,8 +129,13 @@ _Static_assert(sizeof(pscom_rndv_fin_t) == 16, "fin");
 #define PSCOM_PRECON_MAGIC         0x31435350u /* "PSC1" little-endian */
 #define PSCOM_PRECON_VERSION       1
 #define PSCOM_PRECON_HEADER_SIZE   16
-#define PSCOM_PRECON_PAYLOAD_MAX   2048 /* every payload length is checked against it */
 #define PSCOM_PRECON_PLUGIN_NAME   16   /* bytes of the plugin name in OFFER */
+/* every payload length is checked against it: an OFFER's plugin name and
+ * a blob of PSCOM_PRECON_BLOB_MAX (16 KiB) bytes */
+#define PSCOM_PRECON_PAYLOAD_MAX   (16384 + PSCOM_PRECON_PLUGIN_NAME)
+/* payloads up to this size are read into the handshake's own buffer,
+ * larger ones into one allocated for the message */
+#define PSCOM_PRECON_IN_INLINE     2048
 
 typedef enum pscom_precon_type {
     PSCOM_PRECON_HELLO        = 1, /* both: who I am (pscom_precon_hello_t) */

@@ -6,6 +6,12 @@
  * says which step pends: "connect" (con_connect, on the connecting side)
  * or "confirm" (con_confirm, on the accepting side). Each failure is
  * logged as "pending: the <step> step failed".
+ *
+ * With PENDING_STEP=blob nothing pends: every blob of the handshake is as
+ * large as a blob may be (PSCOM_PRECON_BLOB_MAX), with content of its own
+ * that the receiving side checks and logs as "pending: blob <n> of <len>
+ * bytes intact" (n = 1 offer, 2 reply, 3 confirmation); then con_confirm
+ * fails, and the handshake goes on to the next transport.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +41,31 @@ static int pend_poll(pscom_poller_t *poller)
 
 static pscom_poller_t poller = {.poll = pend_poll};
 
+static int big_blobs(void)
+{
+    const char *want = getenv("PENDING_STEP");
+    return want && !strcmp(want, "blob");
+}
+
+/* blob number n: PSCOM_PRECON_BLOB_MAX bytes */
+static size_t blob_fill(void *blob, unsigned n)
+{
+    unsigned char *b = blob;
+    for (size_t i = 0; i < PSCOM_PRECON_BLOB_MAX; i++) b[i] = (unsigned char)(i * 7 + i / 251 + n);
+    return PSCOM_PRECON_BLOB_MAX;
+}
+
+/* 0 if blob (len bytes) is blob number n, whole (logged) */
+static int blob_check(pscom_con_t *con, const void *blob, size_t len, unsigned n)
+{
+    const unsigned char *b = blob;
+    if (len != PSCOM_PRECON_BLOB_MAX) return -1;
+    for (size_t i = 0; i < len; i++)
+        if (b[i] != (unsigned char)(i * 7 + i / 251 + n)) return -1;
+    plog_err("%s: pending: blob %u of %zu bytes intact", pscom_con_name(con), n, len);
+    return 0;
+}
+
 static int pend(pscom_con_t *con, const char *step)
 {
     const char *want = getenv("PENDING_STEP");
@@ -50,6 +81,10 @@ static int pend_offer(pscom_con_t *con, const pscom_precon_peer_t *peer, void *b
 {
     pend_con_t *pc = pscom_con_plugin_priv(con);
     pscom_list_init(&pc->next);
+    if (big_blobs()) {
+        *len = blob_fill(blob, 1);
+        return 0;
+    }
     *(char *)blob = 'P';
     *len          = 1;
     return 0;
@@ -60,6 +95,11 @@ static int pend_accept(pscom_con_t *con, const pscom_precon_peer_t *peer, const 
 {
     pend_con_t *pc = pscom_con_plugin_priv(con);
     pscom_list_init(&pc->next);
+    if (big_blobs()) {
+        if (blob_check(con, blob, len, 1) < 0) return -1;
+        *reply_len = blob_fill(reply, 2);
+        return 0;
+    }
     if (len != 1 || *(const char *)blob != 'P') return -1;
     *(char *)reply = 'P';
     *reply_len     = 1;
@@ -69,6 +109,11 @@ static int pend_accept(pscom_con_t *con, const pscom_precon_peer_t *peer, const 
 static int pend_connect(pscom_con_t *con, const void *reply, size_t len, void *confirm,
                         size_t *confirm_len)
 {
+    if (big_blobs()) {
+        if (blob_check(con, reply, len, 2) < 0) return -1;
+        *confirm_len = blob_fill(confirm, 3);
+        return 0;
+    }
     if (len != 1 || *(const char *)reply != 'P') return -1;
     *(char *)confirm = 'P';
     *confirm_len     = 1;
@@ -77,6 +122,10 @@ static int pend_connect(pscom_con_t *con, const void *reply, size_t len, void *c
 
 static int pend_confirm(pscom_con_t *con, const void *confirm, size_t len)
 {
+    if (big_blobs()) {
+        blob_check(con, confirm, len, 3);
+        return -1; /* on to tcp */
+    }
     if (len != 1 || *(const char *)confirm != 'P') return -1;
     return pend(con, "confirm");
 }

@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 13
+#define PSCOM_PLUGIN_ABI_VERSION 14
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -43,8 +43,10 @@
  * the sender helps, is twice as fast as one reader alone). */
 #define PSCOM_PLUGIN_CAP_RNDV_READ (1ULL << 4)
 
-/* Largest blob a plugin exchanges in one handshake step. */
-#define PSCOM_PRECON_BLOB_MAX 1024
+/* Largest blob a plugin exchanges in one handshake step (ABI 14: was
+ * 1024, too small for the UCX worker address of a node with many network
+ * devices). The core's buffers for it are on the heap. */
+#define PSCOM_PRECON_BLOB_MAX 16384
 
 /* What the connecting side learned about the peer in the handshake. */
 typedef struct pscom_precon_peer {
