@@ -7,26 +7,10 @@
 #define PSCOM_PROGRESS_H
 
 #include "pscom_list.h"
+#include "pscom_plugin.h"
 #include "pscom_types.h"
 
-/* One-shot timer run by the progress engine (never from a signal or a
- * thread of its own): fn runs in a progress pass once due, with the lock
- * held, and may re-arm or stop any timer, its own included. A blocking
- * wait never sleeps past the earliest due timer. The timer must stay
- * valid while armed. */
-typedef struct pscom_timer pscom_timer_t;
-struct pscom_timer {
-    pscom_list_t next;  /* armed timers, sorted by due_us */
-    uint64_t due_us;    /* pscom_time_us() when due */
-    void (*fn)(pscom_timer_t *timer);
-    void *priv;
-    int armed;
-};
-
-/* (Re-)arm: due in ms milliseconds (0: at the next pass). */
-void pscom_timer_start(pscom_timer_t *timer, unsigned ms);
-/* Disarm (no-op if not armed). */
-void pscom_timer_stop(pscom_timer_t *timer);
+/* timers (pscom_timer_t): see the plugin SDK, pscom_plugin.h */
 
 int pscom_progress_init(void);
 void pscom_progress_fini(void);

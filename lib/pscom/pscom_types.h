@@ -17,6 +17,7 @@ typedef struct pscom_plugin pscom_plugin_t; /* registered plugin (pscom_plugin_r
 typedef struct pscom_precon pscom_precon_t; /* handshake state (pscom_precon.h) */
 typedef struct pscom_ufd pscom_ufd_t;       /* fd in the progress engine (pscom_progress.h) */
 typedef struct pscom_poller pscom_poller_t; /* polled transport (pscom_progress.h) */
+typedef struct pscom_timer pscom_timer_t;   /* one-shot timer (plugin/pscom_plugin.h) */
 
 /* Symbols of the public API (include/pscom.h) and of the plugin SDK are
  * exported; everything else is hidden (-fvisibility=hidden). */

@@ -35,6 +35,16 @@
  *                            connection is ucp again on generation 2 (the
  *                            server catches up by one), with rendezvous
  *                            messages both ways.
+ *   ucp_handshake_linger     the server's unused endpoint closes after
+ *                            PSP_UCP_EP_LINGER (300 ms) while the server
+ *                            sleeps in a blocking wait without any ucp
+ *                            connection (its poller off): the client, which
+ *                            watches the server's log, connects again only
+ *                            then, on its endpoint 2 (it keeps none:
+ *                            PSP_UCP_EP_LINGER=0), and the server catches
+ *                            up. Until 2026-11-28 (seventh session) only the
+ *                            poller closed lingering endpoints, and the
+ *                            client waited until the watchdog.
  *   ucp_handshake_death      a client that dies right after the last
  *                            message of the handshake (see hs_server);
  *   ucp_handshake_stopped    one that stops there, alive: it never
@@ -304,6 +314,49 @@ static int refused_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- the linger time runs out while the process sleeps ---------------------------------- */
+
+static void linger_env(const tu_ctx_t *ctx)
+{
+    setenv("PSP_UCP_EP_LINGER", ctx->rank == TU_SERVER ? "300" : "0", 1);
+}
+
+static int linger_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    check_type(cons[1], "ucp");
+    tu_echo_server(cons[1], 1);
+    tu_signal(ctx, 1, (uint32_t)getpid());
+    tu_server_accept_all(ctx, sock, cons); /* blocks: the client waits for our EP1_CLOSED */
+    check_type(cons[1], "ucp");
+    TU_ASSERT_EQ(tu_log_file_count(EP1_CLOSED), 1);
+    TU_ASSERT_EQ(tu_log_file_count(CAUGHT_UP(2, 2)), 1);
+    tu_echo_server(cons[1], 2);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int linger_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    check_type(con, "ucp");
+    tu_echo_client(con, 1);
+    pid_t server = (pid_t)tu_wait_signal(ctx, TU_SERVER);
+    tu_step("waiting for the server's endpoint 1 to close");
+    while (!tu_log_file_count_of(server, EP1_CLOSED)) pscom_test_any();
+    con = tu_client_connect(ctx, sock);
+    check_type(con, "ucp");
+    tu_echo_client(con, 2);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
 /* ---- a peer that dies in the handshake ------------------------------------------------- */
 
 /* Client 1 kills itself right after sending the handshake's CONFIRM (the
@@ -449,6 +502,10 @@ int main(int argc, char **argv)
     ref_opts.before_init = refused_env;
     if ((!only || !strcmp(only, "ucp_handshake_refused")) &&
         tu_run("ucp_handshake_refused", 1, refused_server, refused_client, &ref_opts))
+        return 1;
+    ref_opts.before_init = linger_env;
+    if ((!only || !strcmp(only, "ucp_handshake_linger")) &&
+        tu_run("ucp_handshake_linger", 1, linger_server, linger_client, &ref_opts))
         return 1;
     tu_log_files("itest_ucp_handshake", 1);
     /* the default bound (10 s) is above the test's timeout */

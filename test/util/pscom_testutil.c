@@ -250,10 +250,29 @@ void tu_log_files(const char *prefix, int debug)
     setenv("PSP_DEBUG", level, 1);
 }
 
-static void log_file_path(char *buf, size_t size)
+static void log_file_path_of(pid_t pid, char *buf, size_t size)
 {
     TU_ASSERT_MSG(log_prefix[0], "tu_log_files() was not called");
-    snprintf(buf, size, "%s.%d.log", log_prefix, (int)getpid());
+    snprintf(buf, size, "%s.%d.log", log_prefix, (int)pid);
+}
+
+static void log_file_path(char *buf, size_t size)
+{
+    log_file_path_of(getpid(), buf, size);
+}
+
+int tu_log_file_count_of(pid_t pid, const char *needle)
+{
+    char path[sizeof(log_prefix) + 32];
+    log_file_path_of(pid, path, sizeof(path));
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    char *text = tu_read_fd(fd);
+    close(fd);
+    TU_ASSERT_NOT_NULL(text);
+    int n = tu_count(text, needle);
+    free(text);
+    return n;
 }
 
 char *tu_log_file_text(void)

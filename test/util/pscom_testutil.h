@@ -247,6 +247,9 @@ void tu_log_files(const char *prefix, int debug);
 char *tu_log_file_text(void);
 /* Occurrences of needle in what this process has logged so far. */
 int tu_log_file_count(const char *needle);
+/* The same in the log of process pid (0 if it has none yet): watching a
+ * process that waits inside pscom. */
+int tu_log_file_count_of(pid_t pid, const char *needle);
 /* Remove this process's log file (at the end of a role that passed). */
 void tu_log_file_remove(void);
 

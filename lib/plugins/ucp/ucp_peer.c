@@ -40,6 +40,7 @@
  * endpoint: it serves the connections it has, new ones take the next
  * generation, which the peer catches up to.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -298,6 +299,35 @@ void ucp_peer_set_wired(ucp_con_t *uc)
     if (uc->pep) uc->pep->wired = 1;
 }
 
+/* Close the endpoints that have lingered their time, the oldest first,
+ * and arm the timer for the next. A timer of the core, not the poller: a
+ * process without ucp connections leaves the poller off. */
+static pscom_timer_t linger_timer;
+
+static void linger_expired(pscom_timer_t *timer)
+{
+    uint64_t now = ucp_now_us(), l = ucp_linger_us();
+    while (!pscom_list_empty(&ucp_g.linger)) {
+        ucp_pep_t *e = pscom_list_entry(ucp_g.linger.next, ucp_pep_t, linger_next);
+        uint64_t idle = now - e->idle_since_us;
+        if (idle < l) { /* in whole ms, rounded up */
+            uint64_t ms = (l - idle + 999) / 1000;
+            pscom_timer_start(timer, ms > UINT_MAX ? UINT_MAX : (unsigned)ms);
+            return;
+        }
+        ep_close(e, 0);
+    }
+}
+
+static void linger_start(ucp_pep_t *e)
+{
+    e->idle_since_us = ucp_now_us();
+    pscom_list_add_tail(&e->linger_next, &ucp_g.linger);
+    if (linger_timer.armed) return; /* due for an older one */
+    linger_timer.fn = linger_expired;
+    linger_expired(&linger_timer);
+}
+
 void ucp_peer_detach(ucp_con_t *uc, int force, int retire)
 {
     ucp_pep_t *e = uc->pep;
@@ -323,24 +353,14 @@ void ucp_peer_detach(ucp_con_t *uc, int force, int retire)
         if (uc->sock_dead || uc->ep_failed) {
             ep_close(e, e->peer_mode); /* the peer is gone; FORCE is for mode PEER */
         } else {
-            e->idle_since_us = ucp_now_us();
-            pscom_list_add_tail(&e->linger_next, &ucp_g.linger);
+            linger_start(e);
         }
-    }
-}
-
-void ucp_peers_linger(void)
-{
-    uint64_t now = ucp_now_us();
-    while (!pscom_list_empty(&ucp_g.linger)) {
-        ucp_pep_t *e = pscom_list_entry(ucp_g.linger.next, ucp_pep_t, linger_next);
-        if (now - e->idle_since_us < ucp_linger_us()) break; /* the oldest first */
-        ep_close(e, 0);
     }
 }
 
 void ucp_peers_fini(void)
 {
+    pscom_timer_stop(&linger_timer);
     while (!pscom_list_empty(&ucp_g.peers)) {
         ucp_peer_t *p = pscom_list_entry(ucp_g.peers.next, ucp_peer_t, next);
         while (!pscom_list_empty(&p->eps)) {

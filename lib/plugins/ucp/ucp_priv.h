@@ -327,8 +327,6 @@ void ucp_peer_set_wired(ucp_con_t *uc);
  * retire: no new connections on it (the connection did not end gracefully) */
 void ucp_peer_detach(ucp_con_t *uc, int force, int retire);
 void ucp_peers_fini(void);
-/* close the endpoints no connection has used for PSP_UCP_EP_LINGER (poller) */
-void ucp_peers_linger(void);
 /* Report a deferred failure (endpoint error, dead socket, failed send or
  * receive) to the core once the messages that arrived before it are in.
  * Returns 1 when done with it, 0 to be asked again. */

@@ -237,7 +237,6 @@ static __attribute__((noinline)) int poll_work(unsigned n, unsigned cbs)
     /* here, not in every pass: this part runs every UCP_IDLE_CLOCK_EVERY
      * idle passes (their probe) and every UCP_BUSY_PROBE_EVERY busy ones */
     if (!pscom_list_empty(&ucp_g.wiring)) ucp_wiring_check();
-    if (!pscom_list_empty(&ucp_g.linger)) ucp_peers_linger();
 
     if (ucp_g.must_probe) {
         ucp_tag_recv_info_t info;

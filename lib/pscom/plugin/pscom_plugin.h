@@ -335,4 +335,22 @@ struct pscom_poller {
 PSCOM_PLUGIN_API void pscom_poller_add(pscom_poller_t *poller);
 PSCOM_PLUGIN_API void pscom_poller_del(pscom_poller_t *poller);
 
+/* One-shot timer run by the progress engine (never from a signal or a
+ * thread of its own; ABI version 14 for plugins): fn runs in a progress
+ * pass once due, with the lock held, and may re-arm or stop any timer, its
+ * own included. A blocking wait never sleeps past the earliest due timer,
+ * so a timer fires while the process waits, whatever its pollers do. The
+ * timer must stay valid while armed. */
+struct pscom_timer {
+    pscom_list_t next; /* armed timers, sorted by due_us */
+    uint64_t due_us;   /* pscom_time_us() when due */
+    void (*fn)(pscom_timer_t *timer);
+    void *priv;
+    int armed;
+};
+/* (Re-)arm: due in ms milliseconds (0: at the next pass). */
+PSCOM_PLUGIN_API void pscom_timer_start(pscom_timer_t *timer, unsigned ms);
+/* Disarm (no-op if not armed). */
+PSCOM_PLUGIN_API void pscom_timer_stop(pscom_timer_t *timer);
+
 #endif /* PSCOM_PLUGIN_H */
