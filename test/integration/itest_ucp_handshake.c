@@ -504,6 +504,7 @@ int main(int argc, char **argv)
         tu_run("ucp_handshake_refused", 1, refused_server, refused_client, &ref_opts))
         return 1;
     ref_opts.before_init = linger_env;
+    ref_opts.timeout     = 20; /* a linger time that never runs out: the client waits */
     if ((!only || !strcmp(only, "ucp_handshake_linger")) &&
         tu_run("ucp_handshake_linger", 1, linger_server, linger_client, &ref_opts))
         return 1;
