@@ -26,10 +26,10 @@
  * the receiving connection's id, so connections share an endpoint freely.
  *
  * An endpoint no connection uses any more lingers for PSP_UCP_EP_LINGER ms
- * (ucp_linger_us()) before it is closed: the peer may have decided to reuse it for a new
- * connection just before our last one on it closed (its connection there
- * was not closing yet when it decided), and its confirmation must still
- * find it. A connecting side reuses an endpoint with a connection that is
+ * (ucp_linger_us(); closed on a timer of the core) before it is closed:
+ * the peer may have decided to reuse it for a new connection just before
+ * our last one on it closed (its connection there was not closing yet when
+ * it decided), and its confirmation must still find it. A connecting side reuses an endpoint with a connection that is
  * not closing, or one that has lingered for less than half that time: the
  * peer's side of it went idle at about the same moment (the two sides'
  * last connections on it close together), so it lingers there too
@@ -72,7 +72,8 @@ struct ucp_pep {
     uint32_t gen;
     unsigned peer_mode : 1; /* UCP_ERR_HANDLING_MODE_PEER */
     unsigned wired : 1;     /* a flush of the endpoint completed */
-    unsigned retired : 1;   /* a handshake on it failed: no new connections */
+    unsigned retired : 1;   /* a connection on it ended without the goodbye
+                               byte (or its handshake failed): no new ones */
 };
 
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
