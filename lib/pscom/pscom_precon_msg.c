@@ -181,7 +181,8 @@ static void handle_accept(pscom_precon_t *pre, const unsigned char *p, size_t le
         rc = pre->cand->ops->con_connect(pre->con, p, len, confirm, &clen);
     if (rc == PSCOM_PLUGIN_PENDING) {
         if (clen > PSCOM_PRECON_BLOB_MAX) clen = PSCOM_PRECON_BLOB_MAX;
-        pre->pending_confirm     = confirm; /* sent by precon_pending_resume */
+        unsigned char *fit       = realloc(confirm, clen ? clen : 1); /* many may pend */
+        pre->pending_confirm     = fit ? fit : confirm; /* sent by precon_pending_resume */
         pre->pending_confirm_len = clen;
         pre->pending             = 1;
         return;
