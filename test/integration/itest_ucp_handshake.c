@@ -263,7 +263,10 @@ static void big_echo(pscom_connection_t *con, int client, uint32_t seed)
     free(buf);
 }
 
-static int refused_server(tu_ctx_t *ctx)
+/* A first connection over ucp, an echo on it, closed (the endpoint it used
+ * lingers then): the server's side returns its listening socket, the
+ * client's its socket. */
+static pscom_socket_t *first_ucp_server(tu_ctx_t *ctx)
 {
     pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
@@ -271,6 +274,22 @@ static int refused_server(tu_ctx_t *ctx)
     tu_server_accept_all(ctx, sock, cons);
     check_type(cons[1], "ucp");
     tu_echo_server(cons[1], 1);
+    return sock;
+}
+
+static pscom_socket_t *first_ucp_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    check_type(con, "ucp");
+    tu_echo_client(con, 1);
+    return sock;
+}
+
+static int refused_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = first_ucp_server(ctx);
     wait_log(EP1_CLOSED, 1); /* the connection's close, and the endpoint at once */
     tu_signal(ctx, 1, 1);
 
@@ -293,10 +312,8 @@ static int refused_server(tu_ctx_t *ctx)
 
 static int refused_client(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
-    check_type(con, "ucp");
-    tu_echo_client(con, 1);
+    pscom_socket_t *sock = first_ucp_client(ctx);
+    pscom_connection_t *con;
     wait_log(CLOSED_MINE, 1); /* our endpoint 1 lingers from now on */
     tu_wait_signal(ctx, TU_SERVER);
 
@@ -324,11 +341,7 @@ static void linger_env(const tu_ctx_t *ctx)
 static int linger_server(tu_ctx_t *ctx)
 {
     pscom_connection_t *cons[2];
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    check_type(cons[1], "ucp");
-    tu_echo_server(cons[1], 1);
+    pscom_socket_t *sock = first_ucp_server(ctx);
     tu_signal(ctx, 1, (uint32_t)getpid());
     tu_server_accept_all(ctx, sock, cons); /* blocks: the client waits for our EP1_CLOSED */
     check_type(cons[1], "ucp");
@@ -342,10 +355,8 @@ static int linger_server(tu_ctx_t *ctx)
 
 static int linger_client(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
-    check_type(con, "ucp");
-    tu_echo_client(con, 1);
+    pscom_socket_t *sock = first_ucp_client(ctx);
+    pscom_connection_t *con;
     pid_t server = (pid_t)tu_wait_signal(ctx, TU_SERVER);
     tu_step("waiting for the server's endpoint 1 to close");
     while (!tu_log_file_count_of(server, EP1_CLOSED)) pscom_test_any();
