@@ -27,6 +27,9 @@ static int cand_begin(pscom_precon_t *pre, int idx)
     return 0;
 }
 
+_Static_assert(PSCOM_PRECON_PAYLOAD_MAX == PSCOM_PRECON_PLUGIN_NAME + PSCOM_PRECON_BLOB_MAX,
+              "an OFFER (plugin name and the largest blob) is the largest payload");
+
 /* A buffer for a blob of the handshake (PSCOM_PRECON_BLOB_MAX bytes:
  * not on the stack of whatever thread progresses), or NULL after the
  * handshake failed for want of memory. */

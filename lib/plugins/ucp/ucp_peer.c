@@ -49,12 +49,17 @@
 /* a peer worker: the generation of the newest endpoint we created to it;
  * kept for the life of the process, as UCX keeps its count */
 typedef struct ucp_peer {
-    pscom_list_t next; /* ucp_g.peers */
+    pscom_list_t next; /* peers */
     pscom_list_t eps;  /* ucp_pep_t.next, open endpoints */
     uint32_t gen;
     size_t addr_len;
     unsigned char addr[];
 } ucp_peer_t;
+
+/* the peer workers we know of */
+static pscom_list_t peers = PSCOM_LIST_INIT(peers);
+/* endpoints no connection uses, the oldest first: closed after a while */
+static pscom_list_t linger = PSCOM_LIST_INIT(linger);
 
 /* an endpoint to a peer */
 static inline uint64_t ucp_linger_us(void)
@@ -64,7 +69,7 @@ static inline uint64_t ucp_linger_us(void)
 
 struct ucp_pep {
     pscom_list_t next;        /* ucp_peer_t.eps */
-    pscom_list_t linger_next; /* ucp_g.linger while no connection uses it */
+    pscom_list_t linger_next; /* linger while no connection uses it */
     uint64_t idle_since_us;
     pscom_list_t cons; /* ucp_con_t.peer_next */
     ucp_peer_t *peer;
@@ -153,7 +158,7 @@ static ucp_pep_t *ep_create(ucp_peer_t *p, ucs_status_t *st_out)
 static ucp_peer_t *peer_get(const void *addr, size_t addr_len)
 {
     pscom_list_t *pos;
-    pscom_list_for_each(pos, &ucp_g.peers)
+    pscom_list_for_each(pos, &peers)
     {
         ucp_peer_t *p = pscom_list_entry(pos, ucp_peer_t, next);
         if (p->addr_len == addr_len && !memcmp(p->addr, addr, addr_len)) return p;
@@ -163,7 +168,7 @@ static ucp_peer_t *peer_get(const void *addr, size_t addr_len)
     memcpy(p->addr, addr, addr_len);
     p->addr_len = addr_len;
     pscom_list_init(&p->eps);
-    pscom_list_add_tail(&p->next, &ucp_g.peers);
+    pscom_list_add_tail(&p->next, &peers);
     return p;
 }
 
@@ -308,8 +313,8 @@ static pscom_timer_t linger_timer;
 static void linger_expired(pscom_timer_t *timer)
 {
     uint64_t now = ucp_now_us(), l = ucp_linger_us();
-    while (!pscom_list_empty(&ucp_g.linger)) {
-        ucp_pep_t *e = pscom_list_entry(ucp_g.linger.next, ucp_pep_t, linger_next);
+    while (!pscom_list_empty(&linger)) {
+        ucp_pep_t *e = pscom_list_entry(linger.next, ucp_pep_t, linger_next);
         uint64_t idle = now - e->idle_since_us;
         if (idle < l) { /* in whole ms, rounded up */
             uint64_t ms = (l - idle + 999) / 1000;
@@ -323,7 +328,7 @@ static void linger_expired(pscom_timer_t *timer)
 static void linger_start(ucp_pep_t *e)
 {
     e->idle_since_us = ucp_now_us();
-    pscom_list_add_tail(&e->linger_next, &ucp_g.linger);
+    pscom_list_add_tail(&e->linger_next, &linger);
     if (linger_timer.armed) return; /* due for an older one */
     linger_timer.fn = linger_expired;
     linger_expired(&linger_timer);
@@ -362,8 +367,8 @@ void ucp_peer_detach(ucp_con_t *uc, int force, int retire)
 void ucp_peers_fini(void)
 {
     pscom_timer_stop(&linger_timer);
-    while (!pscom_list_empty(&ucp_g.peers)) {
-        ucp_peer_t *p = pscom_list_entry(ucp_g.peers.next, ucp_peer_t, next);
+    while (!pscom_list_empty(&peers)) {
+        ucp_peer_t *p = pscom_list_entry(peers.next, ucp_peer_t, next);
         while (!pscom_list_empty(&p->eps)) {
             ucp_pep_t *e = pscom_list_entry(p->eps.next, ucp_pep_t, next);
             while (!pscom_list_empty(&e->cons)) pscom_list_del(e->cons.next);

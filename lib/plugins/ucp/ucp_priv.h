@@ -230,8 +230,6 @@ typedef struct ucp_global {
     pscom_list_t failed;       /* connections with a failure to report */
     pscom_list_t prepost;      /* idle connections to post a receive for (ucp_recv.c) */
     pscom_list_t wiring;       /* connections whose handshake waits for the wire-up */
-    pscom_list_t peers;        /* peer workers (ucp_peer.c) */
-    pscom_list_t linger;       /* endpoints no connection uses, closed after a while */
 } ucp_global_t;
 extern ucp_global_t ucp_g;
 
@@ -322,9 +320,8 @@ int ucp_peer_accept(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t g
 int ucp_peer_wired(const ucp_con_t *uc);
 void ucp_peer_set_wired(ucp_con_t *uc);
 /* the connection leaves its endpoint; force: close it with FORCE (its
- * operations cancelled; the other connections on it fail) */
-/* force: close the endpoint with FORCE (the other connections on it fail);
- * retire: no new connections on it (the connection did not end gracefully) */
+ * operations cancelled; the other connections on it fail); retire: no new
+ * connections on it (the connection did not end gracefully) */
 void ucp_peer_detach(ucp_con_t *uc, int force, int retire);
 void ucp_peers_fini(void);
 /* Report a deferred failure (endpoint error, dead socket, failed send or

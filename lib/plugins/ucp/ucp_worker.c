@@ -42,8 +42,6 @@ ucp_global_t ucp_g = {
     .failed = PSCOM_LIST_INIT(ucp_g.failed),
     .prepost = PSCOM_LIST_INIT(ucp_g.prepost),
     .wiring  = PSCOM_LIST_INIT(ucp_g.wiring),
-    .peers   = PSCOM_LIST_INIT(ucp_g.peers),
-    .linger  = PSCOM_LIST_INIT(ucp_g.linger),
 };
 
 uint64_t ucp_now_us(void)
