@@ -469,6 +469,9 @@ static void tu_child_main(tu_ctx_t *ctx, tu_role_fn fn, pid_t parent, const tu_o
     sigaction(SIGUSR1, &sa, NULL);
     alarm(timeout);
 
+    /* pids wrap (pid_max is 32768 here) and a failed process keeps its log
+     * for inspection: pscom appends, so start from an empty file */
+    if (log_prefix[0]) tu_log_file_remove();
     if (opts->before_init) opts->before_init(ctx);
     /* pscom_init only now, after the fork, in every process */
     tu_step("pscom_init");
