@@ -21,7 +21,8 @@
  * the test is skipped (exit code 77). Runs over tcp (PSP_SHM=0, PSP_UCP=0
  * unless the environment says otherwise): 1,000 shared-memory segments
  * are not the point here. The ucp variants (PSP_UCP=1) run the same over
- * 1,000 UCX endpoints of one worker; every connection's type is checked
+ * one UCX worker, where each client's 125 connections share one endpoint
+ * (lib/plugins/ucp/ucp_peer.c); every connection's type is checked
  * against PSCOM_TEST_CONTYPE.
  */
 #define _GNU_SOURCE
@@ -204,8 +205,9 @@ int main(void)
 {
     setenv("PSP_SHM", "0", 0);
     setenv("PSP_UCP", "0", 0);
-    /* one descriptor per connection; over ucp also the handshake socket
-     * kept as a death detector and (UCX's tcp) UCX's own socket; over
+    /* one descriptor per connection (over ucp the handshake socket kept
+     * as a death detector; UCX's own sockets are per endpoint, a few, and
+     * UCX maps shared memory through descriptors: room to spare); over
      * openib on the software HCA the handshake socket and four sockets
      * per queue pair */
     const char *ucp = getenv("PSP_UCP"), *oib = getenv("PSP_OPENIB");
