@@ -491,6 +491,7 @@ void precon_attempt_start(pscom_precon_t *pre)
     pre->out_len            = 0;
     pre->out_off            = 0;
     pre->next_idx           = 0;
+    pre->retried            = 0;
     pre->start_when_flushed = 0;
     pre->phase              = PHASE_CONNECTING;
 

@@ -198,9 +198,11 @@ static void handle_accept(pscom_precon_t *pre, const unsigned char *p, size_t le
  * starts, or CONFIRM_FAIL and the peer offers the next plugin. */
 static void confirm_done(pscom_precon_t *pre, int rc)
 {
-    if (rc < 0) {
+    if (rc < 0 || rc == PSCOM_PLUGIN_RETRY) {
+        /* the reason byte only where an offer of the plugin again may work */
+        uint8_t retry = PSCOM_PRECON_FAIL_RETRY;
         precon_cand_abort(pre);
-        if (precon_send_msg(pre, PSCOM_PRECON_CONFIRM_FAIL, NULL, 0, NULL, 0) < 0)
+        if (precon_send_msg(pre, PSCOM_PRECON_CONFIRM_FAIL, &retry, rc < 0 ? 0 : 1, NULL, 0) < 0)
             precon_fail(pre, PSCOM_ERR_STDERROR, errno);
         return;
     }
@@ -234,7 +236,7 @@ void pscom_con_handshake_done(pscom_con_t *con, int rc)
         return;
     }
     pre->pending_done = 1;
-    pre->pending_rc   = rc < 0 ? -1 : 0;
+    pre->pending_rc   = rc == 0 ? 0 : -1; /* no PSCOM_PLUGIN_RETRY from here */
     pscom_timer_start(&pre->timer, 0); /* precon_timer goes on, at the next pass */
 }
 
@@ -319,8 +321,16 @@ void precon_handle_msg(pscom_precon_t *pre, const unsigned char *p)
     case PSCOM_PRECON_HELLO: handle_hello(pre, p, len); break;
     case PSCOM_PRECON_OFFER: handle_offer(pre, p, len); break;
     case PSCOM_PRECON_ACCEPT: handle_accept(pre, p, len); break;
-    case PSCOM_PRECON_DECLINE:
     case PSCOM_PRECON_CONFIRM_FAIL:
+        if (len >= 1 && p[0] == PSCOM_PRECON_FAIL_RETRY && !pre->retried) {
+            /* the same plugin once more (PSCOM_PLUGIN_RETRY) */
+            plog_dbg("%s: handshake: the peer's %s asks to be offered again", pscom_con_name(pre->con),
+                     pre->cand->name);
+            pre->retried  = 1;
+            pre->next_idx = pre->cand_idx;
+        }
+        /* fall through */
+    case PSCOM_PRECON_DECLINE:
         precon_cand_abort(pre);
         offer_next(pre);
         break;

@@ -48,6 +48,8 @@ struct pscom_precon {
     /* negotiation */
     int next_idx;                         /* connect side: next plugin to offer */
     int cand_idx;                         /* plugin being negotiated, -1 none */
+    int retried;                          /* connect side: a plugin was offered again
+                                             (CONFIRM_FAIL with PSCOM_PRECON_FAIL_RETRY) */
     const pscom_plugin_desc_t *cand;
     int confirm_sent;                     /* connect side: CONFIRM for cand went: CONFIRM_OK
                                              or CONFIRM_FAIL is due, not ACCEPT or DECLINE */

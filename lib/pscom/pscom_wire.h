@@ -144,7 +144,8 @@ typedef enum pscom_precon_type {
     PSCOM_PRECON_DECLINE      = 4, /* accept side: try the next plugin */
     PSCOM_PRECON_CONFIRM      = 5, /* connect side: blob */
     PSCOM_PRECON_CONFIRM_OK   = 6, /* accept side: transport switched */
-    PSCOM_PRECON_CONFIRM_FAIL = 7, /* accept side: try the next plugin */
+    PSCOM_PRECON_CONFIRM_FAIL = 7, /* accept side: try the next plugin; payload: empty,
+                                      or u8 PSCOM_PRECON_FAIL_RETRY */
     PSCOM_PRECON_CANCEL       = 8, /* connect side: abandon the offered plugin */
     PSCOM_PRECON_NO_TRANSPORT = 9, /* connect side: no common transport, closing */
     PSCOM_PRECON_REJECT       = 10, /* either: refused, closing; payload: u32 reason (optional) */
@@ -157,6 +158,10 @@ typedef enum pscom_precon_type {
                                          sender (yet): the sender may retry */
 #define PSCOM_PRECON_REJECT_FAILED  3 /* the matching connection failed, or the
                                          names clash: final */
+
+/* CONFIRM_FAIL reason (u8 payload, optional): an offer of the same plugin
+ * again may succeed (once per connection) */
+#define PSCOM_PRECON_FAIL_RETRY 1
 
 /* HELLO flags */
 #define PSCOM_PRECON_FLAG_ONDEMAND    0x1 /* connecting for an on-demand connection */

@@ -71,6 +71,22 @@ const char *fuzz_target_selfcheck(void)
         d = run(in, len);
         FUZZ_CHECK(d.connected == 0);
     }
+    /* CONFIRM_FAIL asking for the plugin again (PSCOM_PRECON_FAIL_RETRY):
+     * offered once more, and connected; asked twice, tcp is the last
+     * plugin (another node), so no transport is left */
+    for (int twice = 0; twice < 2; twice++) {
+        uint8_t retry = PSCOM_PRECON_FAIL_RETRY;
+        size_t len    = start(in, 63, FUZZ_CONNECT_PLAIN);
+        len += hello(in + len, sizeof(in) - len, 0);
+        for (int i = 0; i <= twice; i++) {
+            len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_ACCEPT, NULL, 0);
+            len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_CONFIRM_FAIL, &retry, 1);
+        }
+        len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_ACCEPT, NULL, 0);
+        len += fuzz_hs_put(in + len, sizeof(in) - len, PSCOM_PRECON_CONFIRM_OK, NULL, 0);
+        d = run(in, len);
+        FUZZ_CHECK(d.connected == !twice);
+    }
     /* a back-connect request: answered, the connection waits for the peer;
      * refused as final, it fails */
     size_t len = start(in, 63, FUZZ_CONNECT_BACKCONNECT);
@@ -84,7 +100,8 @@ const char *fuzz_target_selfcheck(void)
     d = run(in, len);
     FUZZ_CHECK(d.waiting == 0 && d.connected == 0);
     return "valid answers to a plain and an on-demand connect: connected over tcp, then ended "
-           "by the peer's EOF; CONFIRM_OK for an OFFER: refused; a back-connect request "
+           "by the peer's EOF; CONFIRM_OK for an OFFER: refused; CONFIRM_FAIL asking for the "
+           "plugin again: offered once more (connected), not twice; a back-connect request "
            "answered: waiting, refused: failed";
 }
 

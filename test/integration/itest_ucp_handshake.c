@@ -30,11 +30,16 @@
  *                            closed already: the server closes an unused
  *                            endpoint at once (PSP_UCP_EP_LINGER=0), the
  *                            client reuses its own, still lingering. The
- *                            server refuses ucp for that connection (tcp),
- *                            the client retires the endpoint, and the next
- *                            connection is ucp again on generation 2 (the
- *                            server catches up by one), with rendezvous
- *                            messages both ways.
+ *                            server refuses that confirmation and asks for
+ *                            ucp to be offered again (PSCOM_PLUGIN_RETRY);
+ *                            the client retires the endpoint, and the same
+ *                            connection comes up over ucp on generation 2
+ *                            (the server catches up by one), with
+ *                            rendezvous messages both ways, and tcp off.
+ *                            Until 2026-11-28 (seventeenth session) that
+ *                            connection went over tcp (or failed without
+ *                            it). A third connection does the same on
+ *                            generation 2 (one retry per connection).
  *   ucp_handshake_linger     the server's unused endpoint closes after
  *                            PSP_UCP_EP_LINGER (300 ms) while the server
  *                            sleeps in a blocking wait without any ucp
@@ -227,14 +232,19 @@ static int bad_client(tu_ctx_t *ctx)
 
 #define EP1_CLOSED  "ucp: endpoint 1 closed"
 #define EP_REFUSED  "ucp: the peer's endpoint 1 is paired with one of ours that is closed"
+#define EP2_CLOSED  "ucp: endpoint 2 closed"
+#define EP2_REFUSED "ucp: the peer's endpoint 2 is paired with one of ours that is closed"
 #define CLOSED_MINE ": ucp: close (graceful)"
 #define BIG_LEN     (1u << 20) /* a rendezvous over UCX's shared memory and tcp */
+
+#define OFFERED_AGAIN "handshake: the peer's ucp asks to be offered again"
 
 static void refused_env(const tu_ctx_t *ctx)
 {
     /* the server closes an unused endpoint at once; the client may reuse
      * its own for five minutes */
     setenv("PSP_UCP_EP_LINGER", ctx->rank == TU_SERVER ? "0" : "600000", 1);
+    setenv("PSP_TCP", "0", 1); /* ucp or nothing */
 }
 
 /* progress until our log has line (at least n times) */
@@ -293,16 +303,22 @@ static int refused_server(tu_ctx_t *ctx)
     wait_log(EP1_CLOSED, 1); /* the connection's close, and the endpoint at once */
     tu_signal(ctx, 1, 1);
 
-    tu_server_accept_all(ctx, sock, cons); /* the client names endpoint 1 */
-    check_type(cons[1], "tcp");
-    TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 1);
-    tu_echo_server(cons[1], 2);
-
-    tu_server_accept_all(ctx, sock, cons); /* its endpoint 2 */
+    /* the client names endpoint 1, then (offered again) its endpoint 2 */
+    tu_server_accept_all(ctx, sock, cons);
     check_type(cons[1], "ucp");
+    TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 1);
     TU_ASSERT_EQ(tu_log_file_count(CAUGHT_UP(2, 2)), 1);
     big_echo(cons[1], 0, 3);
     tu_echo_server(cons[1], 4);
+
+    /* the same once more, on endpoint 2: a retry per connection */
+    wait_log(EP2_CLOSED, 1);
+    tu_signal(ctx, 1, 2);
+    tu_server_accept_all(ctx, sock, cons);
+    check_type(cons[1], "ucp");
+    TU_ASSERT_EQ(tu_log_file_count(EP2_REFUSED), 1);
+    TU_ASSERT_EQ(tu_log_file_count(CAUGHT_UP(3, 3)), 1);
+    tu_echo_server(cons[1], 5);
     TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 1);
     TU_ASSERT_EQ(tu_log_file_count("ucp: ucp_ep_create()"), 0);
     tu_log_file_remove();
@@ -317,15 +333,20 @@ static int refused_client(tu_ctx_t *ctx)
     wait_log(CLOSED_MINE, 1); /* our endpoint 1 lingers from now on */
     tu_wait_signal(ctx, TU_SERVER);
 
-    con = tu_client_connect(ctx, sock); /* on endpoint 1, refused */
-    check_type(con, "tcp");
-    tu_echo_client(con, 2);
-
-    con = tu_client_connect(ctx, sock); /* endpoint 1 retired: on endpoint 2 */
+    /* on endpoint 1, refused; offered again on endpoint 2 (1 retired) */
+    con = tu_client_connect(ctx, sock);
     check_type(con, "ucp");
+    TU_ASSERT_EQ(tu_log_file_count(OFFERED_AGAIN), 1);
     big_echo(con, 1, 3);
     tu_echo_client(con, 4);
+
+    wait_log(CLOSED_MINE, 2); /* our endpoint 2 lingers */
+    tu_wait_signal(ctx, TU_SERVER);
+    con = tu_client_connect(ctx, sock); /* on endpoint 2, refused; then on 3 */
+    check_type(con, "ucp");
+    tu_echo_client(con, 5);
     TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 0);
+    TU_ASSERT_EQ(tu_log_file_count(OFFERED_AGAIN), 2);
     tu_log_file_remove();
     pscom_close_socket(sock);
     return 0;

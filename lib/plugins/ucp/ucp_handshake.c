@@ -280,6 +280,7 @@ int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len)
     if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION || !gen) goto bad;
     if (!uc->peer_addr) return -1;
     int rc = ucp_peer_accept(uc, uc->peer_addr, uc->peer_addr_len, le32toh(gen));
+    if (rc == UCP_PEER_REFUSED) rc = PSCOM_PLUGIN_RETRY; /* the peer offers ucp again */
     if (rc == 0) rc = ep_wireup(uc); /* 0, PSCOM_PLUGIN_PENDING or -1 */
     free(uc->peer_addr);
     uc->peer_addr = NULL;

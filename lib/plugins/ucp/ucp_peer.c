@@ -286,9 +286,9 @@ int ucp_peer_accept(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t g
         e = ep_of_gen(p, gen);
         if (!e) {
             plog_dbg("%s: ucp: the peer's endpoint %u is paired with one of ours that is "
-                     "closed; not over ucp",
+                     "closed; refused (the peer offers ucp again, on a new one)",
                      pscom_con_name(uc->con), gen);
-            return -1;
+            return UCP_PEER_REFUSED;
         }
     }
     attach(uc, e);

@@ -314,7 +314,10 @@ void ucp_con_close(pscom_con_t *con);
 /* ---- ucp_peer.c: endpoints per peer worker, shared, paired in order --------------- */
 
 /* connecting side: an endpoint to the worker at addr (*gen: its generation,
- * for the confirmation); accepting side: the one of that generation */
+ * for the confirmation); accepting side: the one of that generation, or
+ * UCP_PEER_REFUSED where ours of it is closed (the connecting side retires
+ * its own when the handshake fails: a new offer takes the next one) */
+#define UCP_PEER_REFUSED (-2)
 int ucp_peer_connect(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t *gen);
 int ucp_peer_accept(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t gen);
 int ucp_peer_wired(const ucp_con_t *uc);

@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 14
+#define PSCOM_PLUGIN_ABI_VERSION 15
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -79,7 +79,8 @@ typedef struct pscom_plugin_ops {
      * con_connect and con_confirm may return PSCOM_PLUGIN_PENDING instead of
      * waiting for something (con_connect has filled in confirm then): the
      * handshake of this connection waits, nothing else does, until the
-     * plugin calls pscom_con_handshake_done() (see there). */
+     * plugin calls pscom_con_handshake_done() (see there). con_confirm may
+     * return PSCOM_PLUGIN_RETRY (see there) instead of <0. */
     int (*con_offer)(pscom_con_t *con, const pscom_precon_peer_t *peer,
                      void *blob, size_t *len);
     int (*con_accept)(pscom_con_t *con, const pscom_precon_peer_t *peer,
@@ -183,6 +184,14 @@ PSCOM_PLUGIN_API int pscom_con_closing(pscom_con_t *con);
  * instead, and this must not be called after it. (ABI version 6) */
 #define PSCOM_PLUGIN_PENDING 1
 PSCOM_PLUGIN_API void pscom_con_handshake_done(pscom_con_t *con, int rc);
+/* con_confirm refuses this confirmation, but a new offer of the same
+ * plugin on this connection can succeed (the ucp plugin: the endpoint the
+ * confirmation names is closed on this side, the connecting side takes a
+ * new one next time). The core aborts the plugin on both sides as for <0,
+ * and the connecting side offers the same plugin once more, at most once
+ * per connection, before the next one. Not from pscom_con_handshake_done().
+ * (ABI version 15) */
+#define PSCOM_PLUGIN_RETRY 2
 /* Sends of at least size bytes use the rendezvous protocol on this
  * connection (default: PSP_RENDEZVOUS). Call from con_start. */
 PSCOM_PLUGIN_API void pscom_con_set_rendezvous_size(pscom_con_t *con, size_t size);
