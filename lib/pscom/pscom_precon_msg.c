@@ -324,8 +324,8 @@ void precon_handle_msg(pscom_precon_t *pre, const unsigned char *p)
     case PSCOM_PRECON_CONFIRM_FAIL:
         if (len >= 1 && p[0] == PSCOM_PRECON_FAIL_RETRY && !pre->retried) {
             /* the same plugin once more (PSCOM_PLUGIN_RETRY) */
-            plog_dbg("%s: handshake: the peer's %s asks to be offered again", pscom_con_name(pre->con),
-                     pre->cand->name);
+            plog_dbg("%s: handshake: the peer's %s asks to be offered again",
+                     pscom_con_name(pre->con), pre->cand->name);
             pre->retried  = 1;
             pre->next_idx = pre->cand_idx;
         }
