@@ -105,7 +105,7 @@ static int ucp_connected(fuzz_pair_t *p)
     u.srv  = fuzz_pair_priv(p->s);
     u.nraw = 0;
     FUZZ_CHECK(u.cli->ep != NULL && u.cli->peer_id == u.srv->id);
-    return u.cli->sock.fd;
+    return ucp_peer_sock_fd(u.cli); /* the endpoint's (ucp_peer.c) */
 }
 
 /* Can the harness still send to the server? */

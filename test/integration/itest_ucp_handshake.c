@@ -26,20 +26,21 @@
  *                            takes generation 2, and the server, which has
  *                            created none, catches up by two: the second
  *                            connection is ucp.
- *   ucp_handshake_refused    the client names an endpoint the server has
- *                            closed already: the server closes an unused
- *                            endpoint at once (PSP_UCP_EP_LINGER=0), the
- *                            client reuses its own, still lingering. The
- *                            server refuses that confirmation and asks for
- *                            ucp to be offered again (PSCOM_PLUGIN_RETRY);
- *                            the client retires the endpoint, and the same
- *                            connection comes up over ucp on generation 2
- *                            (the server catches up by one), with
- *                            rendezvous messages both ways, and tcp off.
- *                            Until 2026-11-28 (seventeenth session) that
- *                            connection went over tcp (or failed without
- *                            it). A third connection does the same on
- *                            generation 2 (one retry per connection).
+ *   ucp_handshake_ep_closed  the server closes an unused endpoint at once
+ *                            (PSP_UCP_EP_LINGER=0), while the client would
+ *                            reuse its own (600000). The goodbye byte on the
+ *                            endpoint's socket tells the client, which closes
+ *                            its side too: the next connection takes
+ *                            generation 2 (the server catches up by one),
+ *                            over ucp with tcp off, with rendezvous messages
+ *                            both ways, and no refusal. Twice in a row.
+ *                            Until 2026-11-28 (seventeenth session) the
+ *                            client learned nothing, named its endpoint 1,
+ *                            was refused, and that connection went over tcp
+ *                            (or failed without it); the refusal is now
+ *                            left to a race (a goodbye still on its way),
+ *                            and the connecting side then offers ucp again
+ *                            on a new endpoint (PSCOM_PLUGIN_RETRY).
  *   ucp_handshake_linger     the server's unused endpoint closes after
  *                            PSP_UCP_EP_LINGER (300 ms) while the server
  *                            sleeps in a blocking wait without any ucp
@@ -233,13 +234,12 @@ static int bad_client(tu_ctx_t *ctx)
 #define EP1_CLOSED  "ucp: endpoint 1 closed"
 #define EP_REFUSED  "ucp: the peer's endpoint 1 is paired with one of ours that is closed"
 #define EP2_CLOSED  "ucp: endpoint 2 closed"
-#define EP2_REFUSED "ucp: the peer's endpoint 2 is paired with one of ours that is closed"
 #define CLOSED_MINE ": ucp: close (graceful)"
 #define BIG_LEN     (1u << 20) /* a rendezvous over UCX's shared memory and tcp */
 
 #define OFFERED_AGAIN "handshake: the peer's ucp asks to be offered again"
 
-static void refused_env(const tu_ctx_t *ctx)
+static void epclosed_env(const tu_ctx_t *ctx)
 {
     /* the server closes an unused endpoint at once; the client may reuse
      * its own for five minutes */
@@ -296,57 +296,42 @@ static pscom_socket_t *first_ucp_client(tu_ctx_t *ctx)
     return sock;
 }
 
-static int refused_server(tu_ctx_t *ctx)
+static int epclosed_server(tu_ctx_t *ctx)
 {
     pscom_connection_t *cons[2];
     pscom_socket_t *sock = first_ucp_server(ctx);
-    wait_log(EP1_CLOSED, 1); /* the connection's close, and the endpoint at once */
-    tu_signal(ctx, 1, 1);
-
-    /* the client names endpoint 1, then (offered again) its endpoint 2 */
-    tu_server_accept_all(ctx, sock, cons);
-    check_type(cons[1], "ucp");
-    TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 1);
-    TU_ASSERT_EQ(tu_log_file_count(CAUGHT_UP(2, 2)), 1);
-    big_echo(cons[1], 0, 3);
-    tu_echo_server(cons[1], 4);
-
-    /* the same once more, on endpoint 2: a retry per connection */
-    wait_log(EP2_CLOSED, 1);
-    tu_signal(ctx, 1, 2);
-    tu_server_accept_all(ctx, sock, cons);
-    check_type(cons[1], "ucp");
-    TU_ASSERT_EQ(tu_log_file_count(EP2_REFUSED), 1);
-    TU_ASSERT_EQ(tu_log_file_count(CAUGHT_UP(3, 3)), 1);
-    tu_echo_server(cons[1], 5);
-    TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 1);
+    for (uint32_t gen = 2; gen <= 3; gen++) {
+        /* the connection's close, and the endpoint at once, its goodbye
+         * on the socket before our log line */
+        wait_log(gen == 2 ? EP1_CLOSED : EP2_CLOSED, 1);
+        tu_signal(ctx, 1, gen);
+        tu_server_accept_all(ctx, sock, cons);
+        check_type(cons[1], "ucp");
+        TU_ASSERT_EQ(tu_log_file_count(gen == 2 ? CAUGHT_UP(2, 2) : CAUGHT_UP(3, 3)), 1);
+        big_echo(cons[1], 0, gen);
+        tu_echo_server(cons[1], 10 + gen);
+    }
+    TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 0);
     TU_ASSERT_EQ(tu_log_file_count("ucp: ucp_ep_create()"), 0);
     tu_log_file_remove();
     pscom_close_socket(sock);
     return 0;
 }
 
-static int refused_client(tu_ctx_t *ctx)
+static int epclosed_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock = first_ucp_client(ctx);
-    pscom_connection_t *con;
-    wait_log(CLOSED_MINE, 1); /* our endpoint 1 lingers from now on */
-    tu_wait_signal(ctx, TU_SERVER);
-
-    /* on endpoint 1, refused; offered again on endpoint 2 (1 retired) */
-    con = tu_client_connect(ctx, sock);
-    check_type(con, "ucp");
-    TU_ASSERT_EQ(tu_log_file_count(OFFERED_AGAIN), 1);
-    big_echo(con, 1, 3);
-    tu_echo_client(con, 4);
-
-    wait_log(CLOSED_MINE, 2); /* our endpoint 2 lingers */
-    tu_wait_signal(ctx, TU_SERVER);
-    con = tu_client_connect(ctx, sock); /* on endpoint 2, refused; then on 3 */
-    check_type(con, "ucp");
-    tu_echo_client(con, 5);
-    TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 0);
-    TU_ASSERT_EQ(tu_log_file_count(OFFERED_AGAIN), 2);
+    for (uint32_t gen = 2; gen <= 3; gen++) {
+        wait_log(CLOSED_MINE, (int)gen - 1); /* our endpoint gen - 1 lingers */
+        TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), gen);
+        pscom_connection_t *con = tu_client_connect(ctx, sock);
+        check_type(con, "ucp");
+        /* the server's goodbye closed ours before we chose one */
+        TU_ASSERT_EQ(tu_log_file_count(gen == 2 ? EP1_CLOSED : EP2_CLOSED), 1);
+        big_echo(con, 1, gen);
+        tu_echo_client(con, 10 + gen);
+    }
+    TU_ASSERT_EQ(tu_log_file_count(OFFERED_AGAIN), 0);
     tu_log_file_remove();
     pscom_close_socket(sock);
     return 0;
@@ -531,9 +516,9 @@ int main(int argc, char **argv)
     }
     tu_opts_t ref_opts;
     memset(&ref_opts, 0, sizeof(ref_opts));
-    ref_opts.before_init = refused_env;
-    if ((!only || !strcmp(only, "ucp_handshake_refused")) &&
-        tu_run("ucp_handshake_refused", 1, refused_server, refused_client, &ref_opts))
+    ref_opts.before_init = epclosed_env;
+    if ((!only || !strcmp(only, "ucp_handshake_ep_closed")) &&
+        tu_run("ucp_handshake_ep_closed", 1, epclosed_server, epclosed_client, &ref_opts))
         return 1;
     ref_opts.before_init = linger_env;
     ref_opts.timeout     = 20; /* a linger time that never runs out: the client waits */

@@ -6,7 +6,9 @@
  *   connect side  con_offer:   blob  {magic, version, addr_len, our id, check} + address
  *   accept side   con_accept:  reply {magic, version, addr_len, our id, check} + address
  *   connect side  con_connect: endpoint to the accept side; confirm {magic, version,
- *                              addr_len 0, the endpoint's generation (ucp_peer.c)}
+ *                              addr_len 0, the endpoint's generation (ucp_peer.c),
+ *                              keep (u8: the handshake socket becomes the endpoint's),
+ *                              3 bytes 0}
  *   accept side   con_confirm: the endpoint of that generation to the connect side
  * All fields little-endian; every length is checked before use. check is
  * a hash of the header fields before it and of the address: UCX parses a
@@ -17,30 +19,28 @@
  * boundary (whoever can connect can send anything over tcp as well).
  *
  * Death detector: UCX's own peer failure detection is fast over tcp but
- * slow over shared memory (keepalive). The handshake's TCP socket stays
- * open for the life of the connection: a graceful close writes one
- * goodbye byte before closing it, so EOF without that byte means that the
- * peer process is gone.
+ * slow over shared memory (keepalive). The handshake's TCP socket of the
+ * first connection on an endpoint stays open for the life of the endpoint
+ * (ucp_peer.c): EOF without the goodbye byte means that the peer process
+ * is gone, or that its side of the endpoint broke. Later connections on
+ * the endpoint close theirs: one descriptor per peer, not per connection.
  */
 #define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "ucp_priv.h"
 
 #define UCP_BLOB_MAGIC   0x31504355u /* "UCP1" */
-#define UCP_BLOB_VERSION 4 /* 2: MSG at most UCP_MSG_MAX, HEAD without DATA; 3: check;
-                              4: the endpoint's generation in the confirmation */
-#define UCP_CONFIRM_LEN  12
-#define UCP_GOODBYE      'B'
+#define UCP_BLOB_VERSION 5 /* 2: MSG at most UCP_MSG_MAX, HEAD without DATA; 3: check;
+                              4: the endpoint's generation in the confirmation;
+                              5: keep in the confirmation */
+#define UCP_CONFIRM_LEN  16
 
 #define UCP_BLOB_CHECK_OFF 16 /* the check: 8 bytes after magic, version, addr_len, id */
-_Static_assert(UCP_BLOB_HDR == UCP_BLOB_CHECK_OFF + 8 && UCP_CONFIRM_LEN == 12, "blob layout");
+_Static_assert(UCP_BLOB_HDR == UCP_BLOB_CHECK_OFF + 8 && UCP_CONFIRM_LEN == 16, "blob layout");
 
 static uint64_t fnv1a(uint64_t h, const unsigned char *p, size_t len)
 {
@@ -106,7 +106,6 @@ static void con_init(ucp_con_t *uc, pscom_con_t *con)
 {
     if (uc->con) return;
     uc->con = con;
-    uc->sock.fd = -1;
     pscom_list_init(&uc->dirty_next);
     pscom_list_init(&uc->fail_next);
     pscom_list_init(&uc->prepost_next);
@@ -260,10 +259,14 @@ int ucp_con_connect(pscom_con_t *con, const void *reply, size_t len, void *confi
     if (!addr) return -1;
     uc->peer_id = peer_id;
     uint32_t gen;
+    uc->connect_side = 1;
     if (ucp_peer_connect(uc, addr, alen, &gen) < 0) return -1;
+    uc->keep_sock = ucp_peer_keep_wanted(uc);
     put_hdr(confirm, 0, 0); /* magic and version */
     gen = htole32(gen);
     memcpy((char *)confirm + 8, &gen, 4); /* the endpoint's generation (ucp_peer.c) */
+    memset((char *)confirm + 12, 0, 4);
+    ((unsigned char *)confirm)[12] = uc->keep_sock;
     *confirm_len = UCP_CONFIRM_LEN;
     return ep_wireup(uc);
 }
@@ -277,7 +280,10 @@ int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len)
     memcpy(&magic, confirm, 4);
     memcpy(&ver, (const char *)confirm + 4, 2);
     memcpy(&gen, (const char *)confirm + 8, 4);
-    if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION || !gen) goto bad;
+    unsigned char keep = ((const unsigned char *)confirm)[12];
+    if (le32toh(magic) != UCP_BLOB_MAGIC || le16toh(ver) != UCP_BLOB_VERSION || !gen || keep > 1)
+        goto bad;
+    uc->keep_sock = keep;
     if (!uc->peer_addr) return -1;
     int rc = ucp_peer_accept(uc, uc->peer_addr, uc->peer_addr_len, le32toh(gen));
     if (rc == UCP_PEER_REFUSED) rc = PSCOM_PLUGIN_RETRY; /* the peer offers ucp again */
@@ -288,42 +294,6 @@ int ucp_con_confirm(pscom_con_t *con, const void *confirm, size_t len)
 bad:
     plog_err("%s: ucp: malformed handshake confirmation (%zu bytes)", pscom_con_name(con), len);
     return -1;
-}
-
-/* The handshake socket: goodbye byte or EOF. */
-static void sock_handler(pscom_ufd_t *ufd, uint32_t revents)
-{
-    ucp_sock_poll(ufd->priv);
-}
-
-void ucp_sock_poll(ucp_con_t *uc)
-{
-    pscom_ufd_t *ufd = &uc->sock;
-    char buf[16];
-    for (;;) {
-        ssize_t n = recv(ufd->fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n > 0) {
-            if (memchr(buf, UCP_GOODBYE, (size_t)n)) uc->bye_seen = 1;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        break; /* EOF or error */
-    }
-    pscom_ufd_del(ufd);
-    close(ufd->fd);
-    ufd->fd = -1;
-    if (!uc->bye_seen) {
-        plog_dbg("%s: ucp: peer process gone (handshake socket closed without goodbye)",
-                 pscom_con_name(uc->con));
-        uc->sock_dead = 1;
-    } else {
-        /* its last messages may still be on their way: the stream must
-         * end soon (ucp_con_check_failed) */
-        uc->bye_eof   = 1;
-        uc->bye_t0_us = ucp_now_us();
-    }
-    ucp_failed(uc);
 }
 
 /* Only the peer's goodbye: has the stream had the time to end? */
@@ -337,14 +307,11 @@ int ucp_con_start(pscom_con_t *con, int *fd)
 {
     ucp_con_t *uc = pscom_con_plugin_priv(con);
     if (!uc->ep) return -1;
-    uc->sock = (pscom_ufd_t){
-        .fd = *fd, .events = EPOLLIN, .handler = sock_handler, .priv = uc, .quiet = 1};
-    if (uc->sock.fd >= 0) {
-        if (pscom_ufd_add(&uc->sock) < 0) {
-            uc->sock.fd = -1; /* the core closes it */
-        } else {
-            *fd = -1; /* ours now */
-        }
+    if (uc->keep_sock) {
+        /* the endpoint's death detector from now on; both ends keep it.
+         * Otherwise the core closes it (the peer closes its end, too) */
+        if (*fd < 0 || ucp_peer_keep(uc, *fd) < 0) return -1;
+        *fd = -1;
     }
     pscom_con_set_rendezvous_size(con, ucp_cfg.rendezvous >= PSCOM_ENV_UINT_INF
                                            ? SIZE_MAX
@@ -375,9 +342,17 @@ static void con_teardown(ucp_con_t *uc, int force)
     ucp_rx_close(uc);
     int busy = uc->tx_pending ||
                (uc->rx_req && uc->rx_req->type == UCP_REQ_DATA && !uc->rx_req->completed);
-    /* not graceful: no goodbye byte, so the peer may close its side of
-     * the endpoint at once (ucp_peer.c); ours takes no new connections */
-    ucp_peer_detach(uc, force && busy, force || !uc->started);
+    /* Not graceful (force), after the start: where the endpoint failed
+     * (UCX's error, a failed send), it breaks: its sockets close without
+     * the goodbye byte and both sides fail their connections on it
+     * (ucp_peer.c). Else (a protocol error in what the peer sent, say) the
+     * peer, perhaps waiting for our EOF, gets a BYE that says so and fails
+     * this connection only. A failed handshake retires the endpoint. */
+    int broken = force && uc->started && (uc->ep_failed || uc->tx_failed);
+    if (force && uc->started && !broken && !busy && uc->ep && !uc->sock_dead && !uc->bye_eof &&
+        !uc->peer_abort)
+        ucp_send_bye(uc, 1);
+    ucp_peer_detach(uc, force && busy, force && (!uc->started || broken));
     ucp_rx_close_end(uc);
     ucp_g.must_probe = 1; /* the worker may have been progressed meanwhile */
     uc->closed = 1;
@@ -402,28 +377,22 @@ void ucp_con_close(pscom_con_t *con)
     ucp_con_t *uc = pscom_con_plugin_priv(con);
     if (uc->closed) return;
     /* graceful: after the EOF exchange, and nothing of ours failed. Else
-     * (a protocol error in what the peer sent, for one) no goodbye byte:
-     * the peer, perhaps still waiting for our EOF, sees us gone */
+     * (a protocol error in what the peer sent, for one) the endpoint
+     * breaks: the peer, perhaps still waiting for our EOF, sees its side
+     * fail (ucp_peer.c) */
     int graceful = pscom_con_closing_gracefully(con) && !uc->error_reported && !uc->ep_failed &&
-                   !uc->sock_dead && !uc->tx_failed && !uc->rx_failed;
+                   !uc->sock_dead && !uc->peer_abort && !uc->tx_failed && !uc->rx_failed;
     plog_dbg("%s: ucp: close (%s)", pscom_con_name(con), graceful ? "graceful" : "after an error");
+    if (graceful && uc->ep) ucp_send_bye(uc, 0);
     con_teardown(uc, !graceful);
-    if (uc->sock.fd >= 0) {
-        if (graceful) {
-            char bye = UCP_GOODBYE;
-            (void)!send(uc->sock.fd, &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-        }
-        pscom_ufd_del(&uc->sock);
-        close(uc->sock.fd);
-        uc->sock.fd = -1;
-    }
 }
 
 int ucp_con_check_failed(ucp_con_t *uc)
 {
     if (uc->closed || uc->error_reported) return 1;
     if (!uc->started) return 0; /* reported once started */
-    if (uc->bye_eof && !uc->ep_failed && !uc->sock_dead && !uc->tx_failed && !uc->rx_failed) {
+    if (uc->bye_eof && !uc->ep_failed && !uc->sock_dead && !uc->peer_abort && !uc->tx_failed &&
+        !uc->rx_failed) {
         /* the peer closed gracefully, and our side has not seen the end
          * of its messages (else the close would have come): wait for the
          * rest, but not forever (a peer that sent a HEAD without its
@@ -442,9 +411,9 @@ int ucp_con_check_failed(ucp_con_t *uc)
             return 0;
         }
     }
-    plog_dbg("%s: ucp: connection failed (%s%s%s%s%s)", pscom_con_name(uc->con),
+    plog_dbg("%s: ucp: connection failed (%s%s%s%s%s%s)", pscom_con_name(uc->con),
              uc->ep_failed ? "endpoint error " : "", uc->sock_dead ? "peer gone " : "",
-             uc->bye_eof ? "peer closed " : "",
+             uc->bye_eof ? "peer closed " : "", uc->peer_abort ? "peer's error " : "",
              uc->tx_failed ? "send failed " : "", uc->rx_failed ? "receive failed" : "");
     uc->error_reported = 1;
     pscom_con_transport_error(uc->con, PSCOM_OP_READ, ECONNRESET);

@@ -40,9 +40,13 @@
  * endpoint: it serves the connections it has, new ones take the next
  * generation, which the peer catches up to.
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "ucp_priv.h"
 
@@ -75,11 +79,49 @@ struct ucp_pep {
     ucp_peer_t *peer;
     ucp_ep_h ep;
     uint32_t gen;
+    pscom_list_t socks;     /* ucp_psock_t.next: kept handshake sockets */
+    struct ucp_req *close_req; /* its close, under way (in closing) */
     unsigned peer_mode : 1; /* UCP_ERR_HANDLING_MODE_PEER */
     unsigned wired : 1;     /* a flush of the endpoint completed */
-    unsigned retired : 1;   /* a connection on it ended without the goodbye
-                               byte (or its handshake failed): no new ones */
+    unsigned retired : 1;   /* a connection on it ended with an error (or its
+                               handshake failed), or the peer closed its side:
+                               no new ones */
+    unsigned peer_closed : 1; /* the peer closed its side (goodbye on a socket) */
+    unsigned sock_both : 1;   /* a socket kept by a handshake we connected: the
+                                 peer started it before us, both ends have it */
 };
+
+/* A handshake socket kept as the endpoint's death detector. Both ends of
+ * it keep it (the connecting side says so in its confirmation) as long as
+ * their endpoint is open: closed with the goodbye byte when the endpoint
+ * closes after lingering (or at exit), without it when the endpoint
+ * breaks (an error, FORCE). EOF without the goodbye: the peer process is
+ * gone, or its side of the endpoint broke: every connection on it fails. */
+#define UCP_GOODBYE 'B'
+typedef struct ucp_psock {
+    pscom_list_t next; /* ucp_pep_t.socks */
+    pscom_ufd_t ufd;
+    ucp_pep_t *e;
+    int bye; /* the peer's goodbye byte came */
+} ucp_psock_t;
+
+static void psock_close(ucp_psock_t *s, int bye)
+{
+    if (bye) {
+        char b = UCP_GOODBYE;
+        (void)!send(s->ufd.fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    pscom_ufd_del(&s->ufd);
+    close(s->ufd.fd);
+    pscom_list_del(&s->next);
+    free(s);
+}
+
+static void socks_close(ucp_pep_t *e, int bye)
+{
+    while (!pscom_list_empty(&e->socks))
+        psock_close(pscom_list_entry(e->socks.next, ucp_psock_t, next), bye);
+}
 
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
@@ -107,6 +149,8 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
  * back (ucp_log.c). Every ucp_ep_create() that got as far as refusing
  * "unreachable" or creating counts in UCX's sequence, so in ours too. */
 static int peer_mode_unsupported;
+
+static void ep_close(ucp_pep_t *e, int force, int bye);
 
 static ucp_pep_t *ep_create(ucp_peer_t *p, ucs_status_t *st_out)
 {
@@ -150,6 +194,7 @@ static ucp_pep_t *ep_create(ucp_peer_t *p, ucs_status_t *st_out)
     e->peer_mode = prm.err_mode == UCP_ERR_HANDLING_MODE_PEER;
     pscom_list_init(&e->cons);
     pscom_list_init(&e->linger_next);
+    pscom_list_init(&e->socks);
     pscom_list_add_tail(&e->next, &p->eps);
     ucp_wake(); /* wire-up needs progress */
     return e;
@@ -195,7 +240,7 @@ static ucp_pep_t *ep_reusable(ucp_peer_t *p)
     pscom_list_for_each(pos, &e->cons)
     {
         ucp_con_t *uc = pscom_list_entry(pos, ucp_con_t, peer_next);
-        if (!uc->closed && !uc->ep_failed && !uc->sock_dead && !uc->bye_seen &&
+        if (!uc->closed && !uc->ep_failed && !uc->sock_dead && !uc->bye_eof &&
             !pscom_con_closing(uc->con))
             return e;
     }
@@ -214,17 +259,24 @@ static void attach(ucp_con_t *uc, ucp_pep_t *e)
     pscom_list_add_tail(&uc->peer_next, &e->cons);
 }
 
+/* endpoints whose close is under way (ucp_pep_t.next, .close_req) */
+static pscom_list_t closing = PSCOM_LIST_INIT(closing);
+
 static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
 {
-    ucp_req_release(request); /* frees the ucp_pep_t too (its buf) */
+    ucp_req_t *r = request;
+    pscom_list_del(&((ucp_pep_t *)r->buf)->next);
+    ucp_req_release(r); /* frees the ucp_pep_t too (its buf) */
 }
 
 /* Close an endpoint no connection uses (FLUSH, or FORCE: its operations
- * are cancelled). UCX may name e in callbacks until the close ends. */
-static void ep_close(ucp_pep_t *e, int force)
+ * are cancelled) and its sockets (bye: gracefully, with the goodbye byte).
+ * UCX may name e in callbacks until the close ends. */
+static void ep_close(ucp_pep_t *e, int force, int bye)
 {
     pscom_list_del(&e->next);
     pscom_list_del(&e->linger_next);
+    socks_close(e, bye);
     plog_dbg("ucp: endpoint %u closed%s", e->gen, force ? " (force)" : "");
     ucp_ep_h ep = e->ep;
     e->ep       = NULL;
@@ -237,6 +289,8 @@ static void ep_close(ucp_pep_t *e, int force)
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_track(st, UCP_REQ_CLOSE, 0);
         ((ucp_req_t *)st)->buf = (char *)e;
+        e->close_req           = st;
+        pscom_list_add_tail(&e->next, &closing);
         ucp_wake();
         return;
     }
@@ -280,7 +334,7 @@ int ucp_peer_accept(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t g
         while (p->gen < gen) {
             e = ep_next(p, uc);
             if (!e) return -1;
-            if (p->gen < gen) ep_close(e, 0);
+            if (p->gen < gen) ep_close(e, 0, 0);
         }
     } else {
         e = ep_of_gen(p, gen);
@@ -321,7 +375,7 @@ static void linger_expired(pscom_timer_t *timer)
             pscom_timer_start(timer, ms > UINT_MAX ? UINT_MAX : (unsigned)ms);
             return;
         }
-        ep_close(e, 0);
+        ep_close(e, 0, 1);
     }
 }
 
@@ -332,6 +386,20 @@ static void linger_start(ucp_pep_t *e)
     if (linger_timer.armed) return; /* due for an older one */
     linger_timer.fn = linger_expired;
     linger_expired(&linger_timer);
+}
+
+/* Fail every connection on e but except (sock_dead: the endpoint's
+ * detector says the peer or its side of the endpoint is gone). */
+static void cons_fail(ucp_pep_t *e, const ucp_con_t *except)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &e->cons)
+    {
+        ucp_con_t *uc = pscom_list_entry(pos, ucp_con_t, peer_next);
+        if (uc == except) continue;
+        uc->sock_dead = 1;
+        ucp_failed(uc); /* reported by the poller, after what already arrived */
+    }
 }
 
 void ucp_peer_detach(ucp_con_t *uc, int force, int retire)
@@ -354,13 +422,111 @@ void ucp_peer_detach(ucp_con_t *uc, int force, int retire)
             o->ep_failed = 1;
             ucp_failed(o);
         }
-        ep_close(e, 1);
-    } else if (pscom_list_empty(&e->cons)) {
-        if (uc->sock_dead || uc->ep_failed) {
-            ep_close(e, e->peer_mode); /* the peer is gone; FORCE is for mode PEER */
-        } else {
-            linger_start(e);
+        ep_close(e, 1, 0);
+        return;
+    }
+    if (retire && uc->started && !pscom_list_empty(&e->socks)) {
+        /* ended with an error: the peer learns it through the endpoint's
+         * sockets (EOF without goodbye), and fails its connections on the
+         * endpoint; so do we */
+        socks_close(e, 0);
+        cons_fail(e, NULL);
+    }
+    if (!pscom_list_empty(&e->cons)) return;
+    if (uc->sock_dead || uc->ep_failed || e->peer_closed || (retire && uc->started)) {
+        ep_close(e, e->peer_mode, 0); /* the peer's side is gone; FORCE is for mode PEER */
+    } else {
+        linger_start(e);
+    }
+}
+
+int ucp_peer_keep_wanted(const ucp_con_t *uc)
+{
+    return uc->pep && !uc->pep->sock_both;
+}
+
+/* The peer's side of the endpoint is gone (no goodbye: the process, or
+ * its side broke) or closed after lingering (bye). */
+static void peer_side_closed(ucp_pep_t *e, int bye)
+{
+    e->retired = 1;
+    if (bye) {
+        e->peer_closed = 1;
+        uint64_t now   = ucp_now_us();
+        pscom_list_t *pos;
+        pscom_list_for_each(pos, &e->cons)
+        {
+            /* its last messages may still be on their way: the stream must
+             * end soon (ucp_con_check_failed) */
+            ucp_con_t *uc = pscom_list_entry(pos, ucp_con_t, peer_next);
+            uc->bye_eof   = 1;
+            uc->bye_t0_us = now;
+            ucp_failed(uc);
         }
+    } else {
+        plog_dbg("ucp: endpoint %u: peer process gone (a socket closed without goodbye)",
+                 e->gen);
+        socks_close(e, 0);
+        cons_fail(e, NULL);
+    }
+    if (pscom_list_empty(&e->cons)) ep_close(e, bye ? 0 : e->peer_mode, 0);
+}
+
+static void psock_handler(pscom_ufd_t *ufd, uint32_t revents)
+{
+    ucp_psock_t *s = ufd->priv;
+    char buf[16];
+    for (;;) {
+        ssize_t n = recv(ufd->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0) {
+            if (memchr(buf, UCP_GOODBYE, (size_t)n)) s->bye = 1;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        break; /* EOF or error */
+    }
+    ucp_pep_t *e = s->e;
+    int bye      = s->bye;
+    psock_close(s, 0);
+    if (bye && !pscom_list_empty(&e->socks)) return; /* the others say the same */
+    peer_side_closed(e, bye);
+}
+
+int ucp_peer_sock_fd(const ucp_con_t *uc)
+{
+    if (!uc->pep || pscom_list_empty(&uc->pep->socks)) return -1;
+    return pscom_list_entry(uc->pep->socks.next, ucp_psock_t, next)->ufd.fd;
+}
+
+int ucp_peer_keep(ucp_con_t *uc, int fd)
+{
+    ucp_pep_t *e   = uc->pep;
+    ucp_psock_t *s = e ? calloc(1, sizeof(*s)) : NULL;
+    if (!s) return -1;
+    s->e   = e;
+    s->ufd = (pscom_ufd_t){
+        .fd = fd, .events = EPOLLIN, .handler = psock_handler, .priv = s, .quiet = 1};
+    if (pscom_ufd_add(&s->ufd) < 0) {
+        free(s);
+        return -1;
+    }
+    pscom_list_add_tail(&s->next, &e->socks);
+    /* the accepting side started before us (CONFIRM_OK): both ends have it */
+    if (uc->connect_side) e->sock_both = 1;
+    return 0;
+}
+
+/* At exit, after waiting for them: closes that did not end (a peer that
+ * takes no more messages: the flush cannot end) are left to UCX. A request
+ * the user has not released makes ucp_worker_destroy() assert. */
+void ucp_peers_abandon(void)
+{
+    while (!pscom_list_empty(&closing)) {
+        ucp_pep_t *e = pscom_list_entry(closing.next, ucp_pep_t, next);
+        pscom_list_del(&e->next);
+        plog_dbg("ucp: endpoint %u: its close did not end", e->gen);
+        ucp_req_release(e->close_req); /* frees e */
     }
 }
 
@@ -372,7 +538,7 @@ void ucp_peers_fini(void)
         while (!pscom_list_empty(&p->eps)) {
             ucp_pep_t *e = pscom_list_entry(p->eps.next, ucp_pep_t, next);
             while (!pscom_list_empty(&e->cons)) pscom_list_del(e->cons.next);
-            ep_close(e, 0);
+            ep_close(e, 0, 1);
         }
         pscom_list_del(&p->next);
         free(p);

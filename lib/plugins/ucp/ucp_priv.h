@@ -43,6 +43,8 @@ enum ucpt_kind {
     UCPT_MSG  = 0, /* header, xheader and data of one message, at most UCP_MSG_MAX bytes */
     UCPT_HEAD = 1, /* header and xheader; the payload (if any) follows as DATA */
     UCPT_DATA = 2, /* the payload of the preceding HEAD */
+    UCPT_BYE  = 3, /* the sender closed the connection: empty, gracefully (every message
+                      of it has been sent), or one byte: after an error (ucp_con_close) */
 };
 
 /* Largest MSG (protocol constant): an idle connection keeps a receive of
@@ -135,9 +137,12 @@ typedef struct ucp_con {
     unsigned started : 1;    /* con_start done: feed the core */
     unsigned closed : 1;     /* close op ran */
     unsigned ep_failed : 1;  /* UCX reported an error on the endpoint */
-    unsigned sock_dead : 1;  /* handshake socket EOF without goodbye */
-    unsigned bye_seen : 1;   /* peer closed gracefully (goodbye byte) */
-    unsigned bye_eof : 1;    /* ... and its handshake socket is closed (bye_t0_us) */
+    unsigned sock_dead : 1;  /* the endpoint's socket: EOF without goodbye (ucp_peer.c) */
+    unsigned bye_eof : 1;    /* ... EOF after the goodbye: the peer closed its endpoint
+                                (bye_t0_us) */
+    unsigned peer_abort : 1; /* the peer's BYE after an error (ucp_recv.c rx_bye) */
+    unsigned keep_sock : 1;  /* the handshake socket becomes the endpoint's (confirmation) */
+    unsigned connect_side : 1; /* we connected (con_connect ran) */
     unsigned tx_busy : 1;    /* in ucp_tx_progress (re-entrancy guard) */
     unsigned tx_again : 1;
     unsigned tx_failed : 1;
@@ -155,8 +160,6 @@ typedef struct ucp_con {
     uint64_t wire_t0_us;       /* ... posted then */
     uint64_t bye_t0_us;        /* bye_eof: since then (ucp_con_check_failed) */
     unsigned bye_checks;       /* ... checks of the poller since then */
-
-    pscom_ufd_t sock; /* the handshake socket: death detector */
 
     /* send */
     uint32_t tx_seq;
@@ -326,13 +329,19 @@ void ucp_peer_set_wired(ucp_con_t *uc);
  * operations cancelled; the other connections on it fail); retire: no new
  * connections on it (the connection did not end gracefully) */
 void ucp_peer_detach(ucp_con_t *uc, int force, int retire);
+/* connecting side: should this handshake's socket be kept for the
+ * endpoint (said in the confirmation)? */
+int ucp_peer_keep_wanted(const ucp_con_t *uc);
+/* con_start with keep_sock: the endpoint owns fd from now on (0), or -1 */
+int ucp_peer_keep(ucp_con_t *uc, int fd);
+/* the first socket of uc's endpoint, or -1 (test/fuzz/fuzz_ucp.c) */
+int ucp_peer_sock_fd(const ucp_con_t *uc);
 void ucp_peers_fini(void);
+void ucp_peers_abandon(void); /* at exit: closes that did not end */
 /* Report a deferred failure (endpoint error, dead socket, failed send or
  * receive) to the core once the messages that arrived before it are in.
  * Returns 1 when done with it, 0 to be asked again. */
 int ucp_con_check_failed(ucp_con_t *uc);
-/* read the handshake socket: goodbye byte, or EOF (sets sock_dead) */
-void ucp_sock_poll(ucp_con_t *uc);
 /* the poller (its work part), while ucp_g.wiring is not empty: wire-ups
  * done, failed or timed out go back to the core (pscom_con_handshake_done) */
 void ucp_wiring_check(void);
@@ -343,6 +352,8 @@ void ucp_wiring_check(void);
 /* ---- ucp_send.c ------------------------------------------------------------------------- */
 
 void ucp_write_start(pscom_con_t *con);
+/* at close: UCPT_BYE to the peer, empty (graceful) or of one byte (error) */
+void ucp_send_bye(ucp_con_t *uc, int error);
 int ucp_write_now(pscom_con_t *con, void *priv, const void *head, size_t hlen, const void *data,
                   size_t dlen);
 void ucp_tx_progress(ucp_con_t *uc);

@@ -131,7 +131,7 @@ static void rx_reject(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_i
 
 static void rx_fail(ucp_con_t *uc, const char *what, ucs_status_t st)
 {
-    if (st == UCS_ERR_CANCELED || uc->ep_failed || uc->sock_dead) {
+    if (st == UCS_ERR_CANCELED || uc->ep_failed || uc->sock_dead || uc->peer_abort) {
         plog_dbg("%s: ucp: %s: %s", pscom_con_name(uc->con), what, ucs_status_string(st));
     } else {
         plog_err("%s: ucp: %s: %s", pscom_con_name(uc->con), what, ucs_status_string(st));
@@ -627,12 +627,35 @@ static int prepost_cancel(ucp_con_t *uc)
     return 1;
 }
 
+/* The peer's BYE. Empty: it closed the connection gracefully, everything
+ * it sent is on its way or here; what is still on its way must arrive soon
+ * (ucp_con_check_failed bounds the wait: a broken peer may have sent a HEAD
+ * without its DATA). One byte: it closed the connection after an error;
+ * what arrived before is delivered, then the connection fails. Returns 1
+ * (the connection reads nothing more after it), or 0 if it was no BYE. */
+static int rx_bye(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
+{
+    if (ucpt_kind(info->sender_tag) != UCPT_BYE || info->length > 1) return 0;
+    ucp_rx_discard(msg, info);
+    if (info->length) {
+        plog_dbg("%s: ucp: the peer closed the connection after an error",
+                 pscom_con_name(uc->con));
+        uc->peer_abort = 1;
+    } else if (!uc->bye_eof) {
+        uc->bye_eof   = 1;
+        uc->bye_t0_us = ucp_now_us();
+    }
+    ucp_failed(uc);
+    return 1;
+}
+
 /* The next message of the connection, in order. Returns 1 if the
  * connection stopped reading. */
 static int rx_handle(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
 {
     unsigned kind = ucpt_kind(info->sender_tag);
     uint32_t seq  = ucpt_seq(info->sender_tag);
+    if (rx_bye(uc, msg, info)) return 1;
     if (seq != (uc->rx_seq & UCPT_SEQ_MASK) ||
         (uc->rx_data_len ? kind != UCPT_DATA || info->length != uc->rx_data_len
                          : kind == UCPT_DATA || kind > UCPT_DATA)) {
@@ -670,6 +693,7 @@ void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
         ucp_rx_discard(msg, info);
         return;
     }
+    if (rx_bye(uc, msg, info)) return; /* not behind a DATA that never comes */
     if (uc->rx_req && uc->rx_req->type == UCP_REQ_DATA &&
         ucpt_seq(info->sender_tag) == ((uc->rx_seq - 1) & UCPT_SEQ_MASK)) {
         /* the DATA we receive by its tag would have matched: something else */

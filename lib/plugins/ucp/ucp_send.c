@@ -207,3 +207,23 @@ int ucp_write_now(pscom_con_t *con, void *priv, const void *head, size_t hlen, c
     if (st != UCS_ERR_NO_RESOURCE) tx_fail(uc, st);
     return 0;
 }
+
+/* The BYE of a closing connection, after all its messages. Graceful
+ * (empty): the peer's side may be waiting for a DATA that a broken sender
+ * never sent, and stops waiting. After an error (one byte): the peer,
+ * perhaps waiting for our EOF, fails its side of the connection
+ * (ucp_recv.c rx_bye). Only if UCX can send it at once: a request in
+ * flight would hold up the endpoint's close (and UCX asserts at exit on
+ * one unfinished), and where the peer does not take our messages now, its
+ * side learns it when the endpoint closes (the goodbye on its socket,
+ * ucp_peer.c). */
+void ucp_send_bye(ucp_con_t *uc, int error)
+{
+    static const char one = 1;
+    ucs_status_ptr_t st   = ucp_tag_send_nbx(uc->ep, &one, error ? 1 : 0,
+                                             ucpt_make(uc->peer_id, UCPT_BYE, uc->tx_seq),
+                                             &send_imm_prm);
+    if (UCS_PTR_STATUS(st) != UCS_OK)
+        plog_dbg("%s: ucp: BYE not sent: %s", pscom_con_name(uc->con),
+                 ucs_status_string(UCS_PTR_STATUS(st)));
+}

@@ -514,9 +514,18 @@ void ucp_worker_fini(void)
     if (ucp_g.rx_done) ucp_req_release(ucp_g.rx_done);
     ucp_g.rx_done = NULL;
     ucp_peers_fini(); /* endpoints no connection uses any more */
-    /* let graceful endpoint closes finish (bounded: a dead peer never answers) */
+    /* let graceful endpoint closes finish (bounded: a dead peer never
+     * answers), and drop what nobody took (late BYEs of closed connections,
+     * say): UCX warns about each message left at ucp_worker_destroy() */
     uint64_t t0 = ucp_now_us();
-    while (ucp_g.inflight && ucp_now_us() - t0 < UCP_FINI_WAIT_US) ucp_worker_progress(ucp_g.worker);
+    for (;;) {
+        ucp_tag_recv_info_t info;
+        ucp_tag_message_h msg;
+        while ((msg = ucp_tag_probe_nb(ucp_g.worker, 0, 0, 1, &info))) ucp_rx_discard(msg, &info);
+        if (!ucp_g.inflight || ucp_now_us() - t0 >= UCP_FINI_WAIT_US) break;
+        ucp_worker_progress(ucp_g.worker);
+    }
+    ucp_peers_abandon();
     if (ucp_g.inflight) plog_dbg("ucp: %u UCX operations still in flight at exit", ucp_g.inflight);
 
     pscom_poller_del(&ucp_g.poller);
