@@ -14,7 +14,7 @@ enum {
     FUZZ_UCP_MSG,      /* a UCX message of tag kind MSG */
     FUZZ_UCP_HEAD,     /* ... of kind HEAD */
     FUZZ_UCP_DATA,     /* ... of kind DATA */
-    FUZZ_UCP_KIND3,    /* ... of the kind no sender uses (3) */
+    FUZZ_UCP_KIND3,    /* ... of kind 3 (BYE: empty or one byte; longer is an error) */
 };
 #define FUZZ_UCP_HDR 8u /* MSG/HEAD op bit: a consistent USER header at the front */
 /* op bits 4-6: the sequence number (0-3: the client's next one, 4: one

@@ -118,7 +118,7 @@ const char *fuzz_target_selfcheck(void)
     FUZZ_CHECK(!L->server_stopped);
 
     /* a HEAD whose DATA never comes: the server waits for it, and when
-     * both close, the client's graceful close (goodbye) cannot end the
+     * both close, the client's graceful close (its BYE) cannot end the
      * server's side; a bound does (ucp_con_check_failed), before it
      * closed never (the harness aborts after FUZZ_UCP_SETTLE_US) */
     fuzz_pair_setup(&g, 2, 100);
@@ -133,10 +133,13 @@ const char *fuzz_target_selfcheck(void)
     /* what stops the server, each after a valid message */
     static const struct {
         const char *what;
-        int ahead, data_alone, kind3, big, short_data;
+        int ahead, data_alone, kind3, big, short_data; /* kind3: its length */
     } stop[] = {
-        {"a sequence gap", 1, 0, 0, 0, 0},   {"a DATA no HEAD announced", 0, 1, 0, 0, 0},
-        {"tag kind 3", 0, 0, 1, 0, 0},       {"a MSG beyond 1 KiB", 0, 0, 0, 1, 0},
+        {"a sequence gap", 1, 0, 0, 0, 0},
+        {"a DATA no HEAD announced", 0, 1, 0, 0, 0},
+        {"tag kind 3 of 16 bytes", 0, 0, 16, 0, 0},
+        {"a BYE of one byte (the peer's error)", 0, 0, 1, 0, 0},
+        {"a MSG beyond 1 KiB", 0, 0, 0, 1, 0},
         {"a DATA one byte short", 0, 0, 0, 0, 1},
     };
     for (size_t k = 0; k < sizeof(stop) / sizeof(stop[0]); k++) {
@@ -149,7 +152,7 @@ const char *fuzz_target_selfcheck(void)
         }
         if (stop[k].kind3) {
             put8(&g, FUZZ_UCP_KIND3);
-            put16(&g, 16);
+            put16(&g, (uint16_t)stop[k].kind3);
         }
         if (stop[k].big) put_msg(&g, 0, 2000, 0, 0);
         if (stop[k].short_data) put_head_data(&g, 3000, -1, 0);
@@ -165,7 +168,8 @@ const char *fuzz_target_selfcheck(void)
     fuzz_pair_check_no_growth(&g, 200, maps_count, 20, "fuzz_ucp", "mappings");
 
     return "real and consistent messages reach their receives (one truncated); a sequence "
-           "gap, a lone DATA, tag kind 3, a MSG beyond 1 KiB and a short DATA stop the server; "
+           "gap, a lone DATA, tag kind 3 of 16 bytes, a BYE of one byte, a MSG beyond 1 KiB and a "
+           "short DATA stop the server; "
            "a HEAD without its DATA does not keep the server's side open forever; failed "
            "connections leave no mappings behind";
 }

@@ -28,19 +28,21 @@
  *   data_dropped no DATA at all (the send returns as if done); nothing
  *                tells the server, whose receive waits. The server closes
  *                the connection: the client answers its EOF and closes
- *                gracefully (goodbye byte), its own EOF stuck behind the
+ *                gracefully (its BYE), its own EOF stuck behind the
  *                missing DATA. The server's side must still end, after a
  *                bound (lib/plugins/ucp/README.md, *Errors*), with the
  *                receive failed; before 2026-11-28 it stayed open.
  *
  * ucp_garbage_from_server: the server breaks a MSG (bad_type) on its way
- * to the client. The client's side fails first and closes without the
- * goodbye byte; the server takes that for a peer gone and closes its
- * endpoint to the client at once (ucp_peer.c). The client must not offer
- * that endpoint again (it retires it): its next connection, made only
- * once the server's endpoint is closed, is ucp on a new one. Before
- * 2026-11-28 (seventh session) the server refused it, and with tcp off
- * the connection failed (a race in the other cases, seen once).
+ * to the client. The client's side fails first and closes with a BYE that
+ * says so: the server fails that connection only (its log says the peer
+ * closed after an error), and the endpoint stays. The client's next
+ * connection is ucp again, on the same endpoint, and nobody refuses it.
+ * (Until 2026-11-28, seventeenth session, the client closed its socket
+ * without the goodbye byte, the server took that for a peer gone and
+ * closed its endpoint; before the seventh session the client offered that
+ * endpoint again, the server refused it, and with tcp off the connection
+ * failed.)
  *
  * Each time the server's pending receive must end with an error and
  * con_error must be reported for that connection (never a hang, never
@@ -49,7 +51,7 @@
  * connects again and an echo with content checks runs over the new
  * connection. The plugin's decision at close, read from each process's
  * log (PSP_DEBUG=4 into PSP_DEBUG_OUT): "after an error" for the broken
- * connection on both sides (so that no goodbye byte tells the peer all
+ * connection on both sides (so that no graceful BYE tells the peer all
  * was well), "graceful" for the new one, closed properly.
  *
  * The handshake against a broken or dying peer: itest_ucp_handshake.
@@ -314,16 +316,16 @@ static int rev_server(tu_ctx_t *ctx)
     arm          = BAD_TYPE;
     pscom_send(cons[1], &tag, sizeof(tag), data, MSG_LEN);
     TU_ASSERT_EQ(corrupted, 1);
-    /* the client ends the connection without its goodbye byte */
+    /* the client ends the connection with a BYE that says so */
     while (failed_con != cons[1]) pscom_wait_any();
+    TU_ASSERT_EQ(tu_log_file_count("ucp: the peer closed the connection after an error"), 1);
     pscom_close_connection(cons[1]);
-    tu_step("waiting for our endpoint to the client to close");
-    while (!tu_log_file_count("ucp: endpoint 1 closed")) pscom_wait_any();
     tu_signal(ctx, 1, 1);
 
     tu_server_accept_all(ctx, sock, cons);
     new_con_echo(cons[1], 0);
     TU_ASSERT_EQ(tu_log_file_count("is paired with one of ours that is closed"), 0);
+    TU_ASSERT_EQ(tu_log_file_count("ucp: endpoint 1 closed"), 0); /* the same one, open */
     log_check_end(1, 1);
     pscom_close_socket(sock);
     return 0;
@@ -341,7 +343,7 @@ static int rev_client(tu_ctx_t *ctx)
     while (failed_con != con) pscom_wait_any();
     TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), 1);
     pscom_close_connection(con);
-    tu_wait_signal(ctx, TU_SERVER); /* its endpoint 1 is closed */
+    tu_wait_signal(ctx, TU_SERVER); /* it has closed its side */
 
     new_con_echo(tu_client_connect(ctx, sock), 1);
     log_check_end(1, 1);

@@ -29,16 +29,24 @@
  * (ucp_linger_us(); closed on a timer of the core) before it is closed:
  * the peer may have decided to reuse it for a new connection just before
  * our last one on it closed (its connection there was not closing yet when
- * it decided), and its confirmation must still find it. A connecting side reuses an endpoint with a connection that is
- * not closing, or one that has lingered for less than half that time: the
- * peer's side of it went idle at about the same moment (the two sides'
- * last connections on it close together), so it lingers there too
- * (connect/close cycles between two processes then use one endpoint). Where
- * the peer seems gone (a handshake socket closed without the goodbye byte),
- * the endpoint closes at once. So a side whose connection ends without
- * that byte (an error, a failed or refused handshake) retires the
- * endpoint: it serves the connections it has, new ones take the next
- * generation, which the peer catches up to.
+ * it decided), and its confirmation must still find it. A connecting side
+ * reuses an endpoint with a connection that is not closing, or one that
+ * has lingered for less than half that time: the peer's side of it went
+ * idle at about the same moment (the two sides' last connections on it
+ * close together), so it lingers there too (connect/close cycles between
+ * two processes then use one endpoint).
+ *
+ * Death detector: the handshake socket of the first connection on an
+ * endpoint (ucp_psock_t) stays open on both sides while the endpoint does;
+ * later connections close theirs. The endpoint closes it with the goodbye
+ * byte when it closes after lingering: the peer then closes its side at
+ * once (and the connecting side no longer names an endpoint the other
+ * side has closed, except in a race). EOF without the goodbye: the peer is
+ * gone, or its side of the endpoint failed; every connection on it fails,
+ * and the endpoint closes when the last has gone. A side whose handshake
+ * on an endpoint failed, or whose endpoint failed, retires it: it serves
+ * the connections it has, new ones take the next generation, which the
+ * peer catches up to.
  */
 #include <errno.h>
 #include <limits.h>
@@ -388,15 +396,14 @@ static void linger_start(ucp_pep_t *e)
     linger_expired(&linger_timer);
 }
 
-/* Fail every connection on e but except (sock_dead: the endpoint's
- * detector says the peer or its side of the endpoint is gone). */
-static void cons_fail(ucp_pep_t *e, const ucp_con_t *except)
+/* Fail every connection on e (sock_dead: the endpoint's detector says the
+ * peer or its side of the endpoint is gone). */
+static void cons_fail(ucp_pep_t *e)
 {
     pscom_list_t *pos;
     pscom_list_for_each(pos, &e->cons)
     {
         ucp_con_t *uc = pscom_list_entry(pos, ucp_con_t, peer_next);
-        if (uc == except) continue;
         uc->sock_dead = 1;
         ucp_failed(uc); /* reported by the poller, after what already arrived */
     }
@@ -426,11 +433,11 @@ void ucp_peer_detach(ucp_con_t *uc, int force, int retire)
         return;
     }
     if (retire && uc->started && !pscom_list_empty(&e->socks)) {
-        /* ended with an error: the peer learns it through the endpoint's
-         * sockets (EOF without goodbye), and fails its connections on the
-         * endpoint; so do we */
+        /* the endpoint failed (ucp_handshake.c con_teardown): the peer
+         * learns it through the endpoint's sockets (EOF without goodbye),
+         * and fails its connections on it; so do we */
         socks_close(e, 0);
-        cons_fail(e, NULL);
+        cons_fail(e);
     }
     if (!pscom_list_empty(&e->cons)) return;
     if (uc->sock_dead || uc->ep_failed || e->peer_closed || (retire && uc->started)) {
@@ -467,7 +474,7 @@ static void peer_side_closed(ucp_pep_t *e, int bye)
         plog_dbg("ucp: endpoint %u: peer process gone (a socket closed without goodbye)",
                  e->gen);
         socks_close(e, 0);
-        cons_fail(e, NULL);
+        cons_fail(e);
     }
     if (pscom_list_empty(&e->cons)) ep_close(e, bye ? 0 : e->peer_mode, 0);
 }
