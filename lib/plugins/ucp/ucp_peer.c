@@ -113,6 +113,21 @@ typedef struct ucp_psock {
     int bye; /* the peer's goodbye byte came */
 } ucp_psock_t;
 
+/* closed sockets, freed on a timer of the core: a handler of the core's
+ * current batch of fd events may close another socket whose event comes
+ * later in that batch (the core skips it, but reads its pscom_ufd_t) */
+static pscom_list_t socks_dead = PSCOM_LIST_INIT(socks_dead);
+static pscom_timer_t socks_dead_timer;
+
+static void socks_dead_free(pscom_timer_t *timer)
+{
+    while (!pscom_list_empty(&socks_dead)) {
+        ucp_psock_t *s = pscom_list_entry(socks_dead.next, ucp_psock_t, next);
+        pscom_list_del(&s->next);
+        free(s);
+    }
+}
+
 static void psock_close(ucp_psock_t *s, int bye)
 {
     if (bye) {
@@ -121,8 +136,12 @@ static void psock_close(ucp_psock_t *s, int bye)
     }
     pscom_ufd_del(&s->ufd);
     close(s->ufd.fd);
+    s->ufd.fd = -1;
     pscom_list_del(&s->next);
-    free(s);
+    pscom_list_add_tail(&s->next, &socks_dead);
+    if (socks_dead_timer.armed) return;
+    socks_dead_timer.fn = socks_dead_free;
+    pscom_timer_start(&socks_dead_timer, 0);
 }
 
 static void socks_close(ucp_pep_t *e, int bye)
@@ -550,4 +569,6 @@ void ucp_peers_fini(void)
         pscom_list_del(&p->next);
         free(p);
     }
+    pscom_timer_stop(&socks_dead_timer); /* not from inside an fd handler */
+    socks_dead_free(&socks_dead_timer);
 }
