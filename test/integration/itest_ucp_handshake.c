@@ -40,7 +40,15 @@
  *                            (or failed without it); the refusal is now
  *                            left to a race (a goodbye still on its way),
  *                            and the connecting side then offers ucp again
- *                            on a new endpoint (PSCOM_PLUGIN_RETRY).
+ *                            on a new endpoint (PSCOM_PLUGIN_RETRY):
+ *   ucp_handshake_refused    that race, made certain: the client does not
+ *                            see the goodbye (this executable's recv() says
+ *                            "nothing yet" on its endpoint's socket) and
+ *                            names its endpoint 1; the server refuses and
+ *                            asks for ucp again, the client retires endpoint
+ *                            1, and the same connection comes up over ucp on
+ *                            endpoint 2 (tcp off), with rendezvous messages
+ *                            both ways. Without the offer again it fails.
  *   ucp_handshake_linger     the server's unused endpoint closes after
  *                            PSP_UCP_EP_LINGER (300 ms) while the server
  *                            sleeps in a blocking wait without any ucp
@@ -69,6 +77,9 @@
 #include <dlfcn.h>
 #include <endian.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,6 +182,21 @@ static void check_type(pscom_connection_t *con, const char *want)
 }
 
 #define CONFIRM_BAD "malformed handshake confirmation"
+
+/* recv() on this descriptor says "nothing yet" (ucp_handshake_refused) */
+static int hidden_fd = -1;
+
+__attribute__((visibility("default"))) ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+    typedef ssize_t (*recv_fn)(int, void *, size_t, int);
+    static recv_fn real;
+    if (!real) real = (recv_fn)dlsym(RTLD_NEXT, "recv");
+    if (fd >= 0 && fd == hidden_fd) {
+        errno = EAGAIN;
+        return -1;
+    }
+    return real(fd, buf, len, flags);
+}
 
 /* The side that received the garbled address (or confirmation) logged one
  * error and fell back to tcp; the other side garbled it. Then ucp works
@@ -332,6 +358,65 @@ static int epclosed_client(tu_ctx_t *ctx)
         tu_echo_client(con, 10 + gen);
     }
     TU_ASSERT_EQ(tu_log_file_count(OFFERED_AGAIN), 0);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* The one socket of ours connected to the server's listening port: our
+ * endpoint's (the first connection's handshake socket, kept). */
+static int endpoint_socket(const tu_ctx_t *ctx)
+{
+    const char *colon = strrchr(ctx->ep, ':');
+    TU_ASSERT_NOT_NULL(colon);
+    int port = atoi(colon + 1), found = -1;
+    for (int fd = 0; fd < 1024; fd++) {
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        if (getpeername(fd, (struct sockaddr *)&sa, &sl) < 0 || sa.sin_family != AF_INET ||
+            ntohs(sa.sin_port) != port)
+            continue;
+        TU_ASSERT_MSG(found < 0, "two sockets to the server's port: %d and %d", found, fd);
+        found = fd;
+    }
+    TU_ASSERT_MSG(found >= 0, "no socket to the server's port %d", port);
+    return found;
+}
+
+static int refused_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = first_ucp_server(ctx);
+    wait_log(EP1_CLOSED, 1); /* and its goodbye sent */
+    tu_signal(ctx, 1, 1);
+    tu_server_accept_all(ctx, sock, cons); /* endpoint 1 refused, then endpoint 2 */
+    check_type(cons[1], "ucp");
+    TU_ASSERT_EQ(tu_log_file_count(EP_REFUSED), 1);
+    TU_ASSERT_EQ(tu_log_file_count(CAUGHT_UP(2, 2)), 1);
+    big_echo(cons[1], 0, 3);
+    tu_echo_server(cons[1], 4);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int refused_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    check_type(con, "ucp");
+    hidden_fd = endpoint_socket(ctx); /* before the server can close its side */
+    tu_echo_client(con, 1);
+    wait_log(CLOSED_MINE, 1); /* our endpoint 1 lingers */
+    tu_wait_signal(ctx, TU_SERVER);
+    con = tu_client_connect(ctx, sock);
+    check_type(con, "ucp");
+    TU_ASSERT_EQ(tu_log_file_count(OFFERED_AGAIN), 1);
+    TU_ASSERT_EQ(tu_log_file_count(EP1_CLOSED), 0); /* the goodbye not seen */
+    big_echo(con, 1, 3);
+    tu_echo_client(con, 4);
+    hidden_fd = -1; /* now the goodbye closes endpoint 1 */
+    wait_log(EP1_CLOSED, 1);
     tu_log_file_remove();
     pscom_close_socket(sock);
     return 0;
@@ -519,6 +604,9 @@ int main(int argc, char **argv)
     ref_opts.before_init = epclosed_env;
     if ((!only || !strcmp(only, "ucp_handshake_ep_closed")) &&
         tu_run("ucp_handshake_ep_closed", 1, epclosed_server, epclosed_client, &ref_opts))
+        return 1;
+    if ((!only || !strcmp(only, "ucp_handshake_refused")) &&
+        tu_run("ucp_handshake_refused", 1, refused_server, refused_client, &ref_opts))
         return 1;
     ref_opts.before_init = linger_env;
     ref_opts.timeout     = 20; /* a linger time that never runs out: the client waits */
