@@ -49,6 +49,18 @@
  *                            1, and the same connection comes up over ucp on
  *                            endpoint 2 (tcp off), with rendezvous messages
  *                            both ways. Without the offer again it fails.
+ *   ucp_handshake_unstarted  the server connects back to the client (the
+ *                            client's endpoint 1 has no socket both ends
+ *                            are known to hold, so the server's handshake
+ *                            keeps its socket) and fails right after the
+ *                            client started its side (this executable's
+ *                            recv() turns the CONFIRM_OK into a reset). The
+ *                            client's kept socket ends before the server's
+ *                            'K': only the connection it came with fails,
+ *                            not the first one on the same endpoint, which
+ *                            still echoes. Until 2026-11-28 (seventeenth
+ *                            session) the client took the EOF for a dead
+ *                            peer and failed both.
  *   ucp_handshake_linger     the server's unused endpoint closes after
  *                            PSP_UCP_EP_LINGER (300 ms) while the server
  *                            sleeps in a blocking wait without any ucp
@@ -185,6 +197,9 @@ static void check_type(pscom_connection_t *con, const char *want)
 
 /* recv() on this descriptor says "nothing yet" (ucp_handshake_refused) */
 static int hidden_fd = -1;
+/* the next precon CONFIRM_OK received is a connection reset instead
+ * (ucp_handshake_unstarted) */
+static int reset_confirm_ok;
 
 __attribute__((visibility("default"))) ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
@@ -195,7 +210,18 @@ __attribute__((visibility("default"))) ssize_t recv(int fd, void *buf, size_t le
         errno = EAGAIN;
         return -1;
     }
-    return real(fd, buf, len, flags);
+    ssize_t n = real(fd, buf, len, flags);
+    pscom_precon_header_t h;
+    if (reset_confirm_ok && n >= (ssize_t)sizeof(h)) {
+        memcpy(&h, buf, sizeof(h));
+        if (le32toh(h.magic) == PSCOM_PRECON_MAGIC &&
+            le16toh(h.type) == PSCOM_PRECON_CONFIRM_OK) {
+            reset_confirm_ok = 0;
+            errno            = ECONNRESET;
+            return -1;
+        }
+    }
+    return n;
 }
 
 /* The side that received the garbled address (or confirmation) logged one
@@ -313,6 +339,16 @@ static pscom_socket_t *first_ucp_server(tu_ctx_t *ctx)
     return sock;
 }
 
+/* The same, the connection (cons[1]) left open. */
+static pscom_socket_t *first_ucp_server_open(tu_ctx_t *ctx, pscom_connection_t **cons)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    check_type(cons[1], "ucp");
+    return sock;
+}
+
 static pscom_socket_t *first_ucp_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
@@ -417,6 +453,48 @@ static int refused_client(tu_ctx_t *ctx)
     tu_echo_client(con, 4);
     hidden_fd = -1; /* now the goodbye closes endpoint 1 */
     wait_log(EP1_CLOSED, 1);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---- a handshake that fails after the other side started ---------------------------------- */
+
+static int unstarted_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = first_ucp_server_open(ctx, cons);
+    /* connect back to the client's listening socket, on our host */
+    uint32_t port = tu_wait_signal(ctx, 1);
+    char ep[64];
+    const char *colon = strrchr(ctx->ep, ':');
+    TU_ASSERT_NOT_NULL(colon);
+    snprintf(ep, sizeof(ep), "%.*s:%u", (int)(colon - ctx->ep), ctx->ep, port);
+    reset_confirm_ok        = 1;
+    pscom_connection_t *c2  = pscom_open_connection(sock);
+    pscom_err_t rc          = pscom_connect(c2, ep, 1, PSCOM_CON_FLAG_DIRECT);
+    tu_log("connect back: %s, state %d", pscom_err_str(rc), c2->state);
+    TU_ASSERT_EQ(reset_confirm_ok, 0); /* the reset happened */
+    pscom_close_connection(c2);
+    tu_signal(ctx, 1, 2);
+    tu_echo_server(cons[1], 5); /* the first connection still works */
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int unstarted_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    check_type(con, "ucp");
+    TU_ASSERT_OK(pscom_listen(sock, PSCOM_ANYPORT));
+    tu_signal(ctx, TU_SERVER, (uint32_t)sock->listen_portno);
+    /* the server's connection comes in, starts here, and fails there */
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 2);
+    wait_log("a socket closed before the peer started its connection", 1);
+    tu_echo_client(con, 5);
+    TU_ASSERT_EQ(tu_log_file_count("peer process gone"), 0);
     tu_log_file_remove();
     pscom_close_socket(sock);
     return 0;
@@ -607,6 +685,9 @@ int main(int argc, char **argv)
         return 1;
     if ((!only || !strcmp(only, "ucp_handshake_refused")) &&
         tu_run("ucp_handshake_refused", 1, refused_server, refused_client, &ref_opts))
+        return 1;
+    if ((!only || !strcmp(only, "ucp_handshake_unstarted")) &&
+        tu_run("ucp_handshake_unstarted", 1, unstarted_server, unstarted_client, &ref_opts))
         return 1;
     ref_opts.before_init = linger_env;
     ref_opts.timeout     = 20; /* a linger time that never runs out: the client waits */

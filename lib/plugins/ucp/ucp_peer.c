@@ -38,7 +38,9 @@
  *
  * Death detector: the handshake socket of the first connection on an
  * endpoint (ucp_psock_t) stays open on both sides while the endpoint does;
- * later connections close theirs. The endpoint closes it with the goodbye
+ * later connections close theirs. The connecting side, which starts last,
+ * writes UCP_KEPT on it when it starts: an EOF before that is its failed
+ * handshake, not a dead peer, and fails that one connection only. The endpoint closes it with the goodbye
  * byte when it closes after lingering: the peer then closes its side at
  * once (and the connecting side no longer names an endpoint the other
  * side has closed, except in a race). EOF without the goodbye: the peer is
@@ -106,11 +108,14 @@ struct ucp_pep {
  * breaks (an error, FORCE). EOF without the goodbye: the peer process is
  * gone, or its side of the endpoint broke: every connection on it fails. */
 #define UCP_GOODBYE 'B'
+#define UCP_KEPT    'K' /* the connecting side started too: a detector from now on */
 typedef struct ucp_psock {
     pscom_list_t next; /* ucp_pep_t.socks */
     pscom_ufd_t ufd;
     ucp_pep_t *e;
-    int bye; /* the peer's goodbye byte came */
+    ucp_con_t *uc; /* accepting side, until UCP_KEPT: the connection it came with */
+    int kept;      /* both ends started: EOF without goodbye is the peer's end */
+    int bye;       /* the peer's goodbye byte came */
 } ucp_psock_t;
 
 /* closed sockets, freed on a timer of the core: a handler of the core's
@@ -435,6 +440,12 @@ void ucp_peer_detach(ucp_con_t *uc, int force, int retire)
     if (!e) return;
     uc->pep = NULL;
     pscom_list_del(&uc->peer_next);
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &e->socks)
+    {
+        ucp_psock_t *s = pscom_list_entry(pos, ucp_psock_t, next);
+        if (s->uc == uc) s->uc = NULL;
+    }
     if (retire) e->retired = 1;
     if (force) {
         /* transfers that a dead or broken peer may never end: cancel them
@@ -505,6 +516,7 @@ static void psock_handler(pscom_ufd_t *ufd, uint32_t revents)
     for (;;) {
         ssize_t n = recv(ufd->fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n > 0) {
+            if (memchr(buf, UCP_KEPT, (size_t)n)) s->kept = 1;
             if (memchr(buf, UCP_GOODBYE, (size_t)n)) s->bye = 1;
             continue;
         }
@@ -512,9 +524,22 @@ static void psock_handler(pscom_ufd_t *ufd, uint32_t revents)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         break; /* EOF or error */
     }
-    ucp_pep_t *e = s->e;
-    int bye      = s->bye;
+    ucp_pep_t *e  = s->e;
+    ucp_con_t *uc = s->uc;
+    int bye = s->bye, kept = s->kept;
     psock_close(s, 0);
+    if (!kept) {
+        /* the connecting side closed it before its start (its handshake
+         * failed after ours ended): only the connection it came with fails,
+         * the endpoint's others are not concerned */
+        plog_dbg("ucp: endpoint %u: a socket closed before the peer started its connection",
+                 e->gen);
+        if (uc) {
+            uc->sock_dead = 1;
+            ucp_failed(uc);
+        }
+        return;
+    }
     if (bye && !pscom_list_empty(&e->socks)) return; /* the others say the same */
     peer_side_closed(e, bye);
 }
@@ -538,8 +563,16 @@ int ucp_peer_keep(ucp_con_t *uc, int fd)
         return -1;
     }
     pscom_list_add_tail(&s->next, &e->socks);
-    /* the accepting side started before us (CONFIRM_OK): both ends have it */
-    if (uc->connect_side) e->sock_both = 1;
+    if (uc->connect_side) {
+        /* the accepting side started before us (CONFIRM_OK): both ends have
+         * it, and the peer learns that we started too */
+        char k = UCP_KEPT;
+        (void)!send(fd, &k, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        s->kept      = 1;
+        e->sock_both = 1;
+    } else {
+        s->uc = uc;
+    }
     return 0;
 }
 
