@@ -349,12 +349,19 @@ static pscom_socket_t *first_ucp_server_open(tu_ctx_t *ctx, pscom_connection_t *
     return sock;
 }
 
+/* A socket (*sock) and a connection over ucp from it to the server. */
+static pscom_connection_t *ucp_client_con(tu_ctx_t *ctx, pscom_socket_t **sock)
+{
+    *sock                   = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, *sock);
+    check_type(con, "ucp");
+    return con;
+}
+
 static pscom_socket_t *first_ucp_client(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
-    check_type(con, "ucp");
-    tu_echo_client(con, 1);
+    pscom_socket_t *sock;
+    tu_echo_client(ucp_client_con(ctx, &sock), 1);
     return sock;
 }
 
@@ -438,10 +445,9 @@ static int refused_server(tu_ctx_t *ctx)
 
 static int refused_client(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
-    check_type(con, "ucp");
-    hidden_fd = endpoint_socket(ctx); /* before the server can close its side */
+    pscom_socket_t *sock;
+    pscom_connection_t *con = ucp_client_con(ctx, &sock);
+    hidden_fd               = endpoint_socket(ctx); /* before the server can close its side */
     tu_echo_client(con, 1);
     wait_log(CLOSED_MINE, 1); /* our endpoint 1 lingers */
     tu_wait_signal(ctx, TU_SERVER);
@@ -485,9 +491,8 @@ static int unstarted_server(tu_ctx_t *ctx)
 
 static int unstarted_client(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
-    check_type(con, "ucp");
+    pscom_socket_t *sock;
+    pscom_connection_t *con = ucp_client_con(ctx, &sock);
     TU_ASSERT_OK(pscom_listen(sock, PSCOM_ANYPORT));
     tu_signal(ctx, TU_SERVER, (uint32_t)sock->listen_portno);
     /* the server's connection comes in, starts here, and fails there */
