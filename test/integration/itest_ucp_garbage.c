@@ -192,13 +192,27 @@ static enum mode run_mode; /* of this run (set before the roles fork) */
 
 /* ---- roles ------------------------------------------------------------------------------- */
 
+/* Our socket, failures counted by on_con_error: the server's listening
+ * with the client's first connection in cons[1], or the client's with
+ * its connection to the server in *con. */
+static pscom_socket_t *role_socket(tu_ctx_t *ctx, pscom_connection_t **cons,
+                                   pscom_connection_t **con)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = on_con_error;
+    if (ctx->rank == TU_SERVER) {
+        tu_server_listen(ctx, sock);
+        tu_server_accept_all(ctx, sock, cons);
+    } else {
+        *con = tu_client_connect(ctx, sock);
+    }
+    return sock;
+}
+
 static int server(tu_ctx_t *ctx)
 {
     pscom_connection_t *cons[2];
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error;
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
+    pscom_socket_t *sock = role_socket(ctx, cons, NULL);
 
     /* the broken message (and, for foreign_id, the good one after it),
      * received only once the client has sent it: so that UCX has it (a
@@ -234,9 +248,8 @@ static int server(tu_ctx_t *ctx)
 static int client(tu_ctx_t *ctx)
 {
     enum mode mode = run_mode;
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error     = on_con_error;
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    pscom_connection_t *con;
+    pscom_socket_t *sock = role_socket(ctx, NULL, &con);
 
     size_t len          = mode == RNDV_SHORT ? RNDV_LEN : mode >= DATA_SHORT ? BIG_LEN : MSG_LEN;
     int dropped         = mode == DATA_DROPPED; /* our side closes gracefully */
@@ -306,10 +319,7 @@ static void new_con_echo(pscom_connection_t *con, int client)
 static int rev_server(tu_ctx_t *ctx)
 {
     pscom_connection_t *cons[2];
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error;
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
+    pscom_socket_t *sock = role_socket(ctx, cons, NULL);
     unsigned char data[MSG_LEN];
     tu_fill(data, MSG_LEN, 6);
     uint32_t tag = TAG_MSG;
@@ -333,9 +343,8 @@ static int rev_server(tu_ctx_t *ctx)
 
 static int rev_client(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error     = on_con_error;
-    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    pscom_connection_t *con;
+    pscom_socket_t *sock = role_socket(ctx, NULL, &con);
     unsigned char buf[MSG_LEN];
     memset(buf, 0xee, sizeof(buf));
     expect_failed(tu_post_recv(con, buf, sizeof(buf), 16), "client");
