@@ -296,6 +296,15 @@ bad:
     return -1;
 }
 
+void ucp_con_peer_closed(ucp_con_t *uc)
+{
+    if (!uc->bye_eof) {
+        uc->bye_eof   = 1;
+        uc->bye_t0_us = ucp_now_us();
+    }
+    ucp_failed(uc); /* reported once the stream ended, or its time is over */
+}
+
 /* Only the peer's goodbye: has the stream had the time to end? */
 static int bye_grace_over(ucp_con_t *uc)
 {

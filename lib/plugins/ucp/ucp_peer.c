@@ -489,16 +489,10 @@ static void peer_side_closed(ucp_pep_t *e, int bye)
     e->retired = 1;
     if (bye) {
         e->peer_closed = 1;
-        uint64_t now   = ucp_now_us();
         pscom_list_t *pos;
         pscom_list_for_each(pos, &e->cons)
         {
-            /* its last messages may still be on their way: the stream must
-             * end soon (ucp_con_check_failed) */
-            ucp_con_t *uc = pscom_list_entry(pos, ucp_con_t, peer_next);
-            uc->bye_eof   = 1;
-            uc->bye_t0_us = now;
-            ucp_failed(uc);
+            ucp_con_peer_closed(pscom_list_entry(pos, ucp_con_t, peer_next));
         }
     } else {
         plog_dbg("ucp: endpoint %u: peer process gone (a socket closed without goodbye)",

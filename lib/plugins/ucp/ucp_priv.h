@@ -342,6 +342,9 @@ void ucp_peers_abandon(void); /* at exit: closes that did not end */
  * receive) to the core once the messages that arrived before it are in.
  * Returns 1 when done with it, 0 to be asked again. */
 int ucp_con_check_failed(ucp_con_t *uc);
+/* The peer closed its side gracefully (its BYE, or its endpoint's goodbye):
+ * everything it sent is here or on its way, which must arrive soon */
+void ucp_con_peer_closed(ucp_con_t *uc);
 /* the poller (its work part), while ucp_g.wiring is not empty: wire-ups
  * done, failed or timed out go back to the core (pscom_con_handshake_done) */
 void ucp_wiring_check(void);

@@ -641,11 +641,10 @@ static int rx_bye(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_
         plog_dbg("%s: ucp: the peer closed the connection after an error",
                  pscom_con_name(uc->con));
         uc->peer_abort = 1;
-    } else if (!uc->bye_eof) {
-        uc->bye_eof   = 1;
-        uc->bye_t0_us = ucp_now_us();
+        ucp_failed(uc);
+    } else {
+        ucp_con_peer_closed(uc);
     }
-    ucp_failed(uc);
     return 1;
 }
 
