@@ -9,9 +9,18 @@
  * warning) becomes part of our line; on success they are passed on to
  * UCX's default handler unchanged. With UCX_LOG_LEVEL above "warn" (the
  * user asked UCX for details) nothing is held back.
+ *
+ * While the worker exists, one message is moved to our debug log for
+ * good: a failed flush. UCX logs it as an error on endpoints of mode NONE
+ * (in mode PEER at trace level), because such an endpoint is not expected
+ * to fail. Ours are (ucp_peer.c: the death detector stands in for mode
+ * PEER), and each flush we start reports its status to our callback,
+ * which handles it. Seen over UCX's tcp when a peer process exits while
+ * the endpoint to it closes here.
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <ucs/config/global_opts.h>
 #include <ucs/debug/log_def.h>
 
@@ -28,6 +37,11 @@ typedef struct held {
     char msg[256];
 } held_t;
 
+static int user_wants_details(void)
+{
+    return ucs_global_opts.log_component.log_level > UCS_LOG_LEVEL_WARN;
+}
+
 static held_t held[HELD_MAX];
 static unsigned nheld;
 static int capturing;
@@ -37,8 +51,7 @@ static ucs_log_func_rc_t capture(const char *file, unsigned line, const char *fu
                                  const char *fmt, va_list ap)
 {
     if (!capturing || level > UCS_LOG_LEVEL_WARN) return UCS_LOG_FUNC_RC_CONTINUE;
-    if (ucs_global_opts.log_component.log_level > UCS_LOG_LEVEL_WARN)
-        return UCS_LOG_FUNC_RC_CONTINUE; /* the user wants to see UCX's details */
+    if (user_wants_details()) return UCS_LOG_FUNC_RC_CONTINUE;
     if (nheld < HELD_MAX) {
         held_t *h   = &held[nheld++];
         h->file     = file;
@@ -80,4 +93,28 @@ const char *ucp_log_release(int failed)
     for (unsigned i = 0; i < nheld; i++) /* the first error, else the first warning */
         if (held[i].level <= UCS_LOG_LEVEL_ERROR) return held[i].msg;
     return nheld ? held[0].msg : NULL;
+}
+
+static ucs_log_func_rc_t flush_error_to_debug(const char *file, unsigned line,
+                                              const char *function, ucs_log_level_t level,
+                                              const ucs_log_component_config_t *comp,
+                                              const char *fmt, va_list ap)
+{
+    if (level != UCS_LOG_LEVEL_ERROR || !strstr(fmt, "error during flush") ||
+        user_wants_details())
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    char msg[256];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    plog_dbg("ucp: UCX (%s:%u): %s", file, line, msg);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+void ucp_log_filter_start(void)
+{
+    ucs_log_push_handler(flush_error_to_debug);
+}
+
+void ucp_log_filter_stop(void)
+{
+    ucs_log_pop_handler();
 }

@@ -97,6 +97,7 @@ struct ucp_pep {
                                handshake failed), or the peer closed its side:
                                no new ones */
     unsigned peer_closed : 1; /* the peer closed its side (goodbye on a socket) */
+    unsigned ucx_failed : 1;  /* UCX reported it failed (ep_error_cb) */
     unsigned sock_both : 1;   /* a socket kept by a handshake we connected: the
                                  peer started it before us, both ends have it */
 };
@@ -160,6 +161,7 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     ucp_pep_t *e = arg;
     if (e->ep != ep) return;
     plog_dbg("ucp: endpoint error: %s", ucs_status_string(status));
+    e->ucx_failed = 1;
     pscom_list_t *pos;
     pscom_list_for_each(pos, &e->cons)
     {
@@ -303,9 +305,13 @@ static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
 
 /* Close an endpoint no connection uses (FLUSH, or FORCE: its operations
  * are cancelled) and its sockets (bye: gracefully, with the goodbye byte).
- * UCX may name e in callbacks until the close ends. */
+ * One that UCX reported failed closes with FORCE whatever its mode: a
+ * flush of it can only fail, and UCX logs that failure as an error (over
+ * tcp, when the peer process exits while its endpoint is still open
+ * here). UCX may name e in callbacks until the close ends. */
 static void ep_close(ucp_pep_t *e, int force, int bye)
 {
+    force |= e->ucx_failed;
     pscom_list_del(&e->next);
     pscom_list_del(&e->linger_next);
     socks_close(e, bye);

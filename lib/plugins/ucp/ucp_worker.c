@@ -477,7 +477,8 @@ int ucp_worker_ensure(void)
     if (st != UCS_OK) goto err_efd;
 
     ucp_log_release(0);
-    held      = 0;
+    held = 0;
+    ucp_log_filter_start();
     ucp_g.efd          = (pscom_ufd_t){.fd = efd, .events = EPOLLIN, .handler = efd_handler};
     ucp_g.poller.poll  = ucp_poll;
     ucp_g.poller.busy  = ucp_busy;
@@ -534,6 +535,7 @@ void ucp_worker_fini(void)
     ucp_worker_release_address(ucp_g.worker, ucp_g.addr);
     ucp_worker_destroy(ucp_g.worker);
     ucp_cleanup(ucp_g.ctx);
+    ucp_log_filter_stop();
     ids_fini();
     ucp_g.worker = NULL;
     ucp_g.ctx    = NULL;
