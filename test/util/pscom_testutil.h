@@ -208,7 +208,10 @@ void *tu_malloc(size_t size); /* asserts success */
 void tu_pause_ms(unsigned ms);
 /* Milliseconds on the monotonic clock (to measure how long something took). */
 double tu_now_ms(void);
-/* Descriptors this process has open now (/proc/self/fd). */
+/* Descriptors this process has open now (/proc/self/fd), timers
+ * (timerfd) not counted: pscom makes none, and UCX makes one per worker
+ * when its first endpoint of mode PEER starts the keepalive
+ * (PSP_UCP_ERR_HANDLING=1), which stays while the worker does. */
 int tu_count_fds(void);
 /* Resident set size of this process (/proc/self/statm), in bytes. */
 size_t tu_rss_bytes(void);
