@@ -227,7 +227,14 @@ typedef struct ucp_global {
     int idle_pause;            /* idle for UCP_IDLE_CLOCK_EVERY rounds: pause */
     unsigned inflight;         /* our UCX requests not completed */
     unsigned preposts;         /* ... of which UCP_REQ_PREPOST (they need no progress) */
-    unsigned rx_inflight;      /* receives + stashed messages (PSP_UCP_MAX_RECV) */
+    /* MSG/HEAD receives in flight (fragments still arriving), at most
+     * PSP_UCP_MAX_RECV; beyond, the probe leaves messages in UCX. DATA
+     * receives (into the core's buffer) and stashed messages (handles of
+     * messages still in UCX, behind their connection's receive) take no
+     * buffer of ours and do not count: counted, one connection waiting for
+     * its DATA held every other connection's messages, for good behind a
+     * DATA a broken peer sent with another tag (whose probe finds that) */
+    unsigned rx_inflight;
     unsigned ncons;            /* connections holding an id */
     pscom_list_t dirty;        /* connections with work for the poller */
     pscom_list_t failed;       /* connections with a failure to report */

@@ -444,7 +444,7 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
         r->slot    = (unsigned)keep;
         r->partial = p;
         uc->rx_req = r;
-        ucp_g.rx_inflight++;
+        /* not counted in rx_inflight (PSP_UCP_MAX_RECV, ucp_priv.h) */
         ucp_wake();
         return 0;
     }
@@ -682,7 +682,6 @@ static void stash(ucp_con_t *uc, ucp_tag_message_h msg, const ucp_tag_recv_info_
     s->info = *info;
     pscom_list_add_tail(&s->next, &uc->stash);
     uc->nstash++;
-    ucp_g.rx_inflight++;
 }
 
 void ucp_rx_arrived(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
@@ -729,7 +728,7 @@ void ucp_rx_pump(ucp_con_t *uc)
                     continue;
                 }
                 uc->rx_seq++;
-            } else {
+            } else if (r->type == UCP_REQ_RECV) {
                 ucp_g.rx_inflight--;
             }
             ucs_status_t status = r->status;
@@ -769,7 +768,6 @@ void ucp_rx_pump(ucp_con_t *uc)
         ucp_stash_t *s = pscom_list_entry(uc->stash.next, ucp_stash_t, next);
         pscom_list_del(&s->next);
         uc->nstash--;
-        ucp_g.rx_inflight--;
         ucp_tag_message_h msg    = s->msg;
         ucp_tag_recv_info_t info = s->info;
         free(s);
@@ -786,7 +784,6 @@ void ucp_rx_close(ucp_con_t *uc)
         ucp_stash_t *s = pscom_list_entry(uc->stash.next, ucp_stash_t, next);
         pscom_list_del(&s->next);
         uc->nstash--;
-        ucp_g.rx_inflight--;
         ucp_rx_discard(s->msg, &s->info);
         free(s);
     }
@@ -820,7 +817,7 @@ void ucp_rx_close_end(ucp_con_t *uc)
                      pscom_con_name(uc->con), r->len, UCP_RX_DRAIN_US / 1000);
     }
     uc->rx_req = NULL;
-    if (r->type != UCP_REQ_PREPOST) ucp_g.rx_inflight--;
+    if (r->type == UCP_REQ_RECV) ucp_g.rx_inflight--;
     if (r->completed) ucp_req_release(r);
     /* else recv_cb finds the connection gone and frees it */
 }
