@@ -273,15 +273,18 @@ static void send_cancel_tests(tu_ctx_t *ctx)
     }
 
     /* queued behind s1. Over a byte stream (tcp) nothing behind an
-     * unfinished message can have started, so both must be cancellable. A
-     * transport that takes several messages at once (e.g. ucp hands a
-     * window of messages to UCX) may already have started them: then
-     * cancel must return 0 and they are delivered. */
+     * unfinished message can have started, so both must be cancellable
+     * (unless s1 went by rendezvous, e.g. with PSP_RENDEZVOUS below BIG:
+     * then only its announcement is in the stream). A transport that
+     * takes several messages at once (e.g. ucp hands a window of messages
+     * to UCX) may already have started them: then cancel must return 0
+     * and they are delivered. */
     send_io_done_calls  = 0;
     pscom_request_t *s2 = post_send(2, small[2], 40, 1);
     pscom_request_t *s3 = post_send(3, small[3], 40, 0);
     pscom_req_state_t st2 = s2->state, st3 = s3->state;
-    int must_cancel = strcmp(pscom_con_type_str(con->type), "tcp") == 0;
+    int must_cancel = strcmp(pscom_con_type_str(con->type), "tcp") == 0 &&
+                      !(s1->state & PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
     if (must_cancel) {
         TU_ASSERT_STATE_LACKS(st2, PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE);
         TU_ASSERT_STATE_LACKS(st3, PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE);
