@@ -156,4 +156,6 @@ void pscom_config_init(void)
                  READAHEAD_MIN);
         pscom_config.readahead = READAHEAD_MIN;
     }
+    pscom_env_clamp_sockbuf("PSP_PRECON_TCP_SO_SNDBUF", &pscom_config.precon_tcp_so_sndbuf);
+    pscom_env_clamp_sockbuf("PSP_PRECON_TCP_SO_RCVBUF", &pscom_config.precon_tcp_so_rcvbuf);
 }

@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -315,6 +316,11 @@ PSCOM_PLUGIN_API void pscom_env_clamp_uint(const char *name, unsigned *v, unsign
     if (to == *v) return;
     plog_err("%s=%u: using %u (the %s)", name, *v, to, to == lo ? "least" : "most");
     *v = to;
+}
+
+PSCOM_PLUGIN_API void pscom_env_clamp_sockbuf(const char *name, unsigned *v)
+{
+    if (*v) pscom_env_clamp_uint(name, v, PSCOM_TCP_BUF_MIN, INT_MAX);
 }
 
 void pscom_env_table_list_clear(void)

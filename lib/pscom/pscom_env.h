@@ -60,6 +60,18 @@ PSCOM_PLUGIN_API int pscom_env_table_register_and_parse(pscom_env_table_t *table
  * (or "(the most)"). name: the variable's full name, e.g. "PSP_UCP_MAX_RECV". */
 PSCOM_PLUGIN_API void pscom_env_clamp_uint(const char *name, unsigned *v, unsigned lo, unsigned hi);
 
+/* A TCP socket buffer size (SO_SNDBUF, SO_RCVBUF) in bytes: 0 leaves the
+ * socket to the kernel's autotuning; other values are brought into
+ * [PSCOM_TCP_BUF_MIN, INT_MAX] as pscom_env_clamp_uint() does. A fixed
+ * buffer leaves a receive window of about twice its size, and over
+ * loopback, whose MSS is about 64 KiB, a window below the MSS stalls every
+ * message larger than the window: the sender waits for a window as large
+ * as its segment and moves on only by zero-window probes, hundreds of
+ * milliseconds each (pscom_pp over tcp stopped at 4 KiB messages with 4096,
+ * at 32 KiB with 16384). */
+#define PSCOM_TCP_BUF_MIN 32768
+PSCOM_PLUGIN_API void pscom_env_clamp_sockbuf(const char *name, unsigned *v);
+
 /* Parse one value of the given type into target. Returns 0 or -1 (EINVAL). */
 int pscom_env_parse_value(pscom_env_type_t type, const char *str, void *target);
 

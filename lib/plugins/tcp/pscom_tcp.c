@@ -47,6 +47,8 @@ static pscom_env_table_t tcp_env_table = {.name = "tcp", .prefix = "TCP_", .entr
 static int tcp_init(void)
 {
     pscom_env_table_register_and_parse(&tcp_env_table);
+    pscom_env_clamp_sockbuf("PSP_TCP_SNDBUF", &tcp_config.sndbuf);
+    pscom_env_clamp_sockbuf("PSP_TCP_RCVBUF", &tcp_config.rcvbuf);
     return 0;
 }
 
