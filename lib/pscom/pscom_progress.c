@@ -50,8 +50,16 @@
 /* ... and offers the cpu every YIELD_EVERY_US while it spins: a peer that
  * shares our cpu (more processes than cpus) cannot move before that. With
  * nothing else to run, sched_yield() returns at once (a system call per
- * 20 us of waiting); a short wait (a ping-pong's) never gets there. */
-#define YIELD_EVERY_US 20
+ * 20 us of waiting); a short wait (a ping-pong's) never gets there. Once a
+ * yield has let another process run (it took YIELD_SWITCHED_US or more),
+ * the cpu is taken to be shared, and waits offer it in every idle pass,
+ * until YIELD_SHARED_HOLD yields in a row found nobody else to run (a
+ * quick turn of the peer looks like that now and then): a peer on our cpu
+ * then answers after a few microseconds, not after 20 of our spinning. */
+#define YIELD_EVERY_US    20
+#define YIELD_SWITCHED_US 5
+#define YIELD_SHARED_HOLD 64
+static unsigned cpu_shared; /* yields left to find the cpu not shared */
 
 static int epfd = -1;
 
@@ -471,7 +479,13 @@ static inline void cpu_relax(void)
 static void offer_cpu(void)
 {
     if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+    uint64_t t0 = pscom_time_us();
     sched_yield();
+    if (pscom_time_us() - t0 >= YIELD_SWITCHED_US) {
+        cpu_shared = YIELD_SHARED_HOLD;
+    } else if (cpu_shared) {
+        cpu_shared--;
+    }
     if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
 }
 
@@ -498,6 +512,10 @@ static void wait_passes(int (*done)(void *arg), void *arg)
         if (++idle_passes & (CLOCK_EVERY - 1)) {
             if (pscom_config.sched_yield) {
                 sched_yield();
+            } else if (cpu_shared) {
+                offer_cpu();
+                /* another thread may have completed it meanwhile */
+                if (pscom.threaded && done(arg)) return;
             } else if (!pollers_active) {
                 cpu_relax(); /* pollers pause on their own */
             }

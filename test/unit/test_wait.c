@@ -6,7 +6,7 @@
  *
  * While it spins it offers the cpu (sched_yield()) every 20 us of idle
  * time, for a peer that may share the cpu; a wait that ends at once never
- * does.
+ * does. Once a yield took long (another process ran), in every idle pass.
  *
  * The polled transport here is a fake whose one operation completes once a
  * given time has passed on the clock, or at an event of the wait: its first
@@ -83,11 +83,16 @@ static int fake_busy_fn(pscom_poller_t *poller)
     return fake_busy && !op_done;
 }
 
-/* counts the calls (there is nothing else to run here) */
-static unsigned yields;
+/* counts the calls; with yield_takes_us as if another process ran for
+ * that long (else there is nothing else to run here) */
+static unsigned yields, yield_takes_us;
+static uint64_t passes_at_first_yield;
 int sched_yield(void)
 {
-    yields++;
+    if (!yields++) passes_at_first_yield = pscom.stats.progress_passes;
+    uint64_t t0 = pscom_time_us();
+    while (pscom_time_us() - t0 < yield_takes_us) {
+    }
     return 0;
 }
 
@@ -175,6 +180,28 @@ static void test_spin_yields(void **state)
     assert_true(yields >= 1);
     wait_op(1000, 0, 0, 1);
     assert_int_equal(yields, 0);
+}
+
+/* A yield that let another process run (one of 10 us here) shows the cpu
+ * is shared: from then on the wait offers it in every idle pass (a peer on
+ * our cpu then answers within microseconds, not after 20 us of our
+ * spinning), not once per 20 us. After 64 yields in a row that found
+ * nobody else to run it is back to once per 20 us. */
+static void test_shared_cpu_yields(void **state)
+{
+    yield_takes_us = 10;
+    wait_op(1000, UNTIL_NAP, 0, 1);
+    /* from the first yield on, most passes yielded (not one in hundreds) */
+    uint64_t passes = pscom.stats.progress_passes - passes_at_first_yield;
+    assert_true(yields >= 10);
+    assert_true(2 * (uint64_t)yields >= passes);
+
+    yield_takes_us = 0; /* nobody else to run any more */
+    wait_op(1000, UNTIL_NAP, 0, 1);
+    assert_true(yields >= 64);
+    wait_op(1000, UNTIL_NAP, 0, 1);
+    assert_true(yields >= 1);
+    assert_true(yields <= waited_us / 20 + 2);
 }
 
 /* the sleep hooks: counted; the poller leaves while sleep_ok */
@@ -328,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_busy_bounded),
         cmocka_unit_test(test_busy_spin0),
         cmocka_unit_test(test_spin_yields),
+        cmocka_unit_test(test_shared_cpu_yields),
         cmocka_unit_test(test_sleep_hook),
         cmocka_unit_test(test_sleep_refused),
         cmocka_unit_test(test_sleep_self_wake),
