@@ -481,12 +481,13 @@ static void offer_cpu(void)
     if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
     uint64_t t0 = pscom_time_us();
     sched_yield();
-    if (pscom_time_us() - t0 >= YIELD_SWITCHED_US) {
+    uint64_t took = pscom_time_us() - t0;
+    if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
+    if (took >= YIELD_SWITCHED_US) { /* under the lock, as every reader */
         cpu_shared = YIELD_SHARED_HOLD;
     } else if (cpu_shared) {
         cpu_shared--;
     }
-    if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
 }
 
 static void wait_passes(int (*done)(void *arg), void *arg)
