@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Run the integration suite once per setting (PSP_*/UCX_* values other than
+# the defaults) and print which tests failed under which setting. Most
+# failures under a setting are tests that assume a default (they say so in
+# their message); the rest are faults: 2026-11-28 found a hang with
+# PSP_UCP_MAX_RECV=1, stalls with small PSP_TCP_SNDBUF/RCVBUF and a test
+# that needed credits it did not progress for (openib with one send slot).
+#
+#   scripts/sweep.sh                      the settings below, build/ (configured)
+#   scripts/sweep.sh "PSP_X=1 PSP_Y=2" …  these settings (one run each)
+#
+# Environment: BUILD_DIR (default build), JOBS (default 3), EXCLUDE (ctest -E
+# regex; default: the 4 GiB and 1,000-connection tests and the install test).
+# A run takes 1-2 minutes on 2 cpus; a hang costs its test's 60 s watchdog.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+jobs=${JOBS:-3}
+exclude=${EXCLUDE:-rndv_huge|many_cons|fd_exhaustion|install_consumer}
+[[ -f $build/CTestTestfile.cmake ]] || {
+  echo "sweep: $build is not a configured build (scripts/setup.sh)" >&2
+  exit 1
+}
+
+settings=("$@")
+if ((${#settings[@]} == 0)); then
+  settings=(
+    "PSP_RENDEZVOUS=1024" "PSP_READAHEAD=100000" "PSP_UNEXPECTED_RECEIVES=1"
+    "PSP_SCHED_YIELD=1" "PSP_WAIT_SPIN_US=0" "PSP_GUARD=1" "PSP_IPROBE_COUNT=5"
+    "PSP_PRECON_TCP_NODELAY=0" "PSP_PRECON_TCP_RECONNECT_TIMEOUT=50"
+    "PSP_TCP_SNDBUF=4096 PSP_TCP_RCVBUF=4096"
+    "PSP_SHM_CMA=0" "PSP_SHM_RENDEZVOUS=0" "PSP_SHM_RING_SIZE=1 PSP_SHM_CHUNK=1"
+    "PSP_SHM_RING_BUDGET=1"
+    "PSP_UCP_MAX_RECV=1" "PSP_UCP_ERR_HANDLING=1" "PSP_UCP_EP_LINGER=0"
+    "PSP_UCP_SMALL_MSG_LEN=1024" "PSP_UCP_FASTINIT=0" "UCX_RNDV_THRESH=2k"
+    "PSP_OPENIB_RECVQ_SIZE=3 PSP_OPENIB_SENDQ_SIZE=1 PSP_OPENIB_PENDING_TOKENS=1"
+    "PSP_OPENIB_COMPQ_SIZE=1" "PSP_OPENIB_RDMA_READ=1" "PSP_OPENIB_RNDV_FALLBACKS=0"
+  )
+fi
+
+for s in "${settings[@]}"; do
+  read -r -a vars <<<"$s"
+  out=$(env "${vars[@]}" ctest --test-dir "$build" -L integration -E "$exclude" \
+    -j"$jobs" --timeout 120 2>&1 || true)
+  echo "== $s: $(grep -o '[0-9]*% tests passed.*' <<<"$out" || echo 'no result')"
+  grep -E '\((Failed|Timeout|SEGFAULT|Subprocess aborted)\)' <<<"$out" || true
+done
