@@ -12,8 +12,8 @@
 ucp_cfg_t ucp_cfg;
 
 static const pscom_env_entry_t ucp_env[] = {
-    {"MAX_RECV", "inf", "Max UCX receives in flight handled by the plugin", &ucp_cfg.max_recv,
-     PSCOM_ENV_UINT, 0},
+    {"MAX_RECV", "inf", "Max UCX receives in flight handled by the plugin (receives straight "
+     "into the core's or the user's buffer do not count)", &ucp_cfg.max_recv, PSCOM_ENV_UINT, 0},
     {"FASTINIT", "1", "Create the UCX context and worker in plugin init (0: at the first ucp "
      "connection)", &ucp_cfg.fastinit, PSCOM_ENV_UINT, 0},
     {"RENDEZVOUS", "inf", "pscom-level rendezvous threshold over ucp (large messages use "
