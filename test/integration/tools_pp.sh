@@ -14,7 +14,9 @@
 #     consistent with each other (throughput = msize / time), " ok" from -V;
 #   - --xheader is capped at 100;
 #   - -i prints the histogram format;
-#   - a client whose server is gone fails with an error, and does not hang.
+#   - a client whose server is gone fails with an error, and does not hang;
+#   - stdout is checked as users parse it; stderr may hold nothing but the
+#     library's own log lines ("<PSP:...>", e.g. a PSP_* value adjusted).
 set -euo pipefail
 
 PP=$1
@@ -29,7 +31,7 @@ trap cleanup EXIT
 
 fail() {
     echo "FAIL: $*" >&2
-    for f in "$TMP"/*.out; do
+    for f in "$TMP"/*.out "$TMP"/*.err; do
         [[ -e $f ]] && { echo "--- $f" >&2; cat "$f" >&2; }
     done
     exit 1
@@ -43,7 +45,7 @@ start_server() {
     # below reaches it (timeout forwards no signal that comes before it
     # knows its child's pid, which happens on a loaded machine). ctest's
     # TIMEOUT bounds a hanging server; the trap kills it.
-    "$PP" -l 0 -1 "$@" >"$TMP/srv.fifo" 2>&1 &
+    "$PP" -l 0 -1 "$@" >"$TMP/srv.fifo" 2>>"$TMP/server.err" &
     SPID=$!
     exec 3<"$TMP/srv.fifo"
     rm "$TMP/srv.fifo"
@@ -83,7 +85,7 @@ expect_line "$TMP/server.out" 2 "Call client with:"
 [[ $(sed -n 3p "$TMP/server.out") =~ ^.*pscom_pp\ -c\ [0-9.]+:[0-9]+@.+$ ]] ||
     fail "server call line: '$(sed -n 3p "$TMP/server.out")'"
 
-timeout 60 "$PP" -c "$EP" --maxsize 1024 -n 25 -V >"$TMP/client.out" 2>&1 ||
+timeout 60 "$PP" -c "$EP" --maxsize 1024 -n 25 -V >"$TMP/client.out" 2>>"$TMP/client.err" ||
     fail "client exited with $?"
 finish_server
 grep -q "^New connection from .* via $CONTYPE\$" "$TMP/server.out" ||
@@ -116,13 +118,19 @@ done <"$TMP/rows"
 
 # ---- 2. --xheader capped at 100, histogram mode ---------------------------------
 start_server
-timeout 60 "$PP" -c "$EP" --minsize 8 --maxsize 8 -n 5 --xheader 200 -i >"$TMP/histo.out" 2>&1 ||
+timeout 60 "$PP" -c "$EP" --minsize 8 --maxsize 8 -n 5 --xheader 200 -i >"$TMP/histo.out" 2>>"$TMP/client.err" ||
     fail "histogram client exited with $?"
 finish_server
 expect_line "$TMP/histo.out" 1 "Xheader : 100 bytes"
 grep -qx "Message size       8. Rtt/2\[usec\]" "$TMP/histo.out" || fail "no histogram header"
 n=$(grep -Ec '^ {0,4}[0-9]+ +[0-9]+\.[0-9]$' "$TMP/histo.out" || true)
 ((n == 5)) || fail "histogram: expected 5 rows of '%5d %8.1f', got $n"
+
+# stderr: the library's log lines only (none with the defaults)
+for f in "$TMP/server.err" "$TMP/client.err"; do
+    [[ -e $f ]] || continue
+    if grep -qv '^<PSP:.*>$' "$f"; then fail "$(basename "$f"): not a log line of the library"; fi
+done
 
 # ---- 3. the server is gone: an error, no hang -----------------------------------
 start_server
