@@ -475,8 +475,9 @@ static inline void cpu_relax(void)
 }
 
 /* Offer the cpu; in threaded mode also the lock, for the application's
- * other threads. */
-static void offer_cpu(void)
+ * other threads. Returns 1 if done(arg) holds now (another thread completed
+ * what the wait is for meanwhile; threaded mode only). */
+static int offer_cpu(int (*done)(void *arg), void *arg)
 {
     if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
     uint64_t t0 = pscom_time_us();
@@ -488,6 +489,7 @@ static void offer_cpu(void)
     } else if (cpu_shared) {
         cpu_shared--;
     }
+    return pscom.threaded && done(arg);
 }
 
 static void wait_passes(int (*done)(void *arg), void *arg)
@@ -514,9 +516,7 @@ static void wait_passes(int (*done)(void *arg), void *arg)
             if (pscom_config.sched_yield) {
                 sched_yield();
             } else if (cpu_shared) {
-                offer_cpu();
-                /* another thread may have completed it meanwhile */
-                if (pscom.threaded && done(arg)) return;
+                if (offer_cpu(done, arg)) return;
             } else if (!pollers_active) {
                 cpu_relax(); /* pollers pause on their own */
             }
@@ -526,10 +526,8 @@ static void wait_passes(int (*done)(void *arg), void *arg)
         if (!idle_since) idle_since = now;
         uint64_t idle = now - idle_since;
         if (idle >= next_yield) {
-            offer_cpu();
             next_yield = idle + YIELD_EVERY_US;
-            /* another thread may have completed it meanwhile */
-            if (pscom.threaded && done(arg)) return;
+            if (offer_cpu(done, arg)) return;
         }
         if (idle < pscom_config.wait_spin_us) continue;
         /* ... longer while a polled transport has work in flight that only
