@@ -16,7 +16,9 @@
 #   - -i prints the histogram format;
 #   - a client whose server is gone fails with an error, and does not hang;
 #   - stdout is checked as users parse it; stderr may hold nothing but the
-#     library's own log lines ("<PSP:...>", e.g. a PSP_* value adjusted).
+#     library's own log lines ("<PSP:...>", e.g. a PSP_* value adjusted);
+#     with TOOLS_PP_STDERR_EXPECT (an ERE), both processes' stderr must
+#     hold a line that matches it.
 set -euo pipefail
 
 PP=$1
@@ -131,6 +133,12 @@ for f in "$TMP/server.err" "$TMP/client.err"; do
     [[ -e $f ]] || continue
     if grep -qv '^<PSP:.*>$' "$f"; then fail "$(basename "$f"): not a log line of the library"; fi
 done
+if [[ -n ${TOOLS_PP_STDERR_EXPECT:-} ]]; then
+    for f in "$TMP/server.err" "$TMP/client.err"; do
+        grep -Eq "$TOOLS_PP_STDERR_EXPECT" "$f" 2>/dev/null ||
+            fail "$(basename "$f"): no line matching '$TOOLS_PP_STDERR_EXPECT'"
+    done
+fi
 
 # ---- 3. the server is gone: an error, no hang -----------------------------------
 start_server

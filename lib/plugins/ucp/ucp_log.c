@@ -1,22 +1,29 @@
 /*
- * ucp_log.c - holding back UCX's own log messages around calls whose
- * failure we report ourselves.
+ * ucp_log.c - UCX's own log messages: where they go, and holding them back
+ * around calls whose failure we report ourselves.
  *
- * UCX prints warnings and errors to stderr by itself. Where a failure is
- * expected or is reported by the plugin in one line of its own (UCX cannot
- * be initialised; the probe for peer failure support), the messages UCX
- * logs meanwhile are captured instead: on failure the first error (or
- * warning) becomes part of our line; on success they are passed on to
- * UCX's default handler unchanged. With UCX_LOG_LEVEL above "warn" (the
- * user asked UCX for details) nothing is held back.
+ * Where they go. UCX prints its warnings and errors to stdout unless
+ * UCX_LOG_FILE names a file; in a program's stdout they mix with what
+ * users parse (pscom_pp's table, an MPI job's output). From the start of
+ * the worker's creation to its end, a handler of ours writes them to the
+ * library's log instead (stderr, or PSP_DEBUG_OUT), as one line each:
+ * "<PSP:host:pid:ucp: UCX WARN parser.c:1908: unused env variable ...>".
+ * UCX has filtered them by UCX_LOG_LEVEL already. With UCX_LOG_FILE set,
+ * UCX's own handler writes them where the user asked.
  *
- * While the worker exists, one message is moved to our debug log for
- * good: a failed flush. UCX logs it as an error on endpoints of mode NONE
- * (in mode PEER at trace level), because such an endpoint is not expected
- * to fail. Ours are (ucp_peer.c: the death detector stands in for mode
- * PEER), and each flush we start reports its status to our callback,
- * which handles it. Seen over UCX's tcp when a peer process exits while
- * the endpoint to it closes here.
+ * Holding back. Where a failure is expected or is reported by the plugin
+ * in one line of its own (UCX cannot be initialised; the probe for peer
+ * failure support), the messages UCX logs meanwhile are captured instead:
+ * on failure the first error (or warning) becomes part of our line; on
+ * success they are passed on as above. With UCX_LOG_LEVEL above "warn"
+ * (the user asked UCX for details) nothing is held back.
+ *
+ * One message is moved to our debug log for good: a failed flush. UCX
+ * logs it as an error on endpoints of mode NONE (in mode PEER at trace
+ * level), because such an endpoint is not expected to fail. Ours are
+ * (ucp_peer.c: the death detector stands in for mode PEER), and each flush
+ * we start reports its status to our callback, which handles it. Seen over
+ * UCX's tcp when a peer process exits while the endpoint to it closes here.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,6 +47,22 @@ typedef struct held {
 static int user_wants_details(void)
 {
     return ucs_global_opts.log_component.log_level > UCS_LOG_LEVEL_WARN;
+}
+
+/* UCX's handler when the user named a log file; else the library's log */
+static ucs_log_func_rc_t route(const char *file, unsigned line, const char *function,
+                               ucs_log_level_t level, const ucs_log_component_config_t *comp,
+                               const char *fmt, va_list ap)
+{
+    const char *log_file = ucs_global_opts.log_file;
+    if (log_file && log_file[0])
+        return ucs_log_default_handler(file, line, function, level, comp, fmt, ap);
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    const char *base = strrchr(file, '/');
+    const char *name = (unsigned)level < UCS_LOG_LEVEL_LAST ? ucs_log_level_names[level] : "?";
+    pscom_log_print("ucp: UCX %s %s:%u: %s", name, base ? base + 1 : file, line, msg);
+    return UCS_LOG_FUNC_RC_STOP;
 }
 
 static held_t held[HELD_MAX];
@@ -78,7 +101,7 @@ static void replay(const held_t *h, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    ucs_log_default_handler(h->file, h->line, h->function, h->level, h->comp, fmt, ap);
+    route(h->file, h->line, h->function, h->level, h->comp, fmt, ap);
     va_end(ap);
 }
 
@@ -95,26 +118,26 @@ const char *ucp_log_release(int failed)
     return nheld ? held[0].msg : NULL;
 }
 
-static ucs_log_func_rc_t flush_error_to_debug(const char *file, unsigned line,
-                                              const char *function, ucs_log_level_t level,
-                                              const ucs_log_component_config_t *comp,
-                                              const char *fmt, va_list ap)
+static ucs_log_func_rc_t worker_log(const char *file, unsigned line, const char *function,
+                                    ucs_log_level_t level, const ucs_log_component_config_t *comp,
+                                    const char *fmt, va_list ap)
 {
-    if (level != UCS_LOG_LEVEL_ERROR || !strstr(fmt, "error during flush") ||
-        user_wants_details())
-        return UCS_LOG_FUNC_RC_CONTINUE;
-    char msg[256];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    plog_dbg("ucp: UCX (%s:%u): %s", file, line, msg);
-    return UCS_LOG_FUNC_RC_STOP;
+    if (level == UCS_LOG_LEVEL_ERROR && strstr(fmt, "error during flush") &&
+        !user_wants_details()) {
+        char msg[256];
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        plog_dbg("ucp: UCX (%s:%u): %s", file, line, msg);
+        return UCS_LOG_FUNC_RC_STOP;
+    }
+    return route(file, line, function, level, comp, fmt, ap);
 }
 
-void ucp_log_filter_start(void)
+void ucp_log_start(void)
 {
-    ucs_log_push_handler(flush_error_to_debug);
+    ucs_log_push_handler(worker_log);
 }
 
-void ucp_log_filter_stop(void)
+void ucp_log_stop(void)
 {
     ucs_log_pop_handler();
 }

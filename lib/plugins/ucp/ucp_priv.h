@@ -250,10 +250,11 @@ int ucp_worker_ensure(void); /* lazily (PSP_UCP_FASTINIT=0) */
  * returns (if failed) the most telling one, else passes them on */
 void ucp_log_hold(void);
 const char *ucp_log_release(int failed);
-/* ... and, while the worker exists, UCX's failed-flush errors go to our
- * debug log (our callbacks handle every flush's status) */
-void ucp_log_filter_start(void);
-void ucp_log_filter_stop(void);
+/* from the worker's creation to its end, UCX's messages go to our log
+ * (unless UCX_LOG_FILE is set), its failed-flush errors to our debug log
+ * (our callbacks handle every flush's status) */
+void ucp_log_start(void);
+void ucp_log_stop(void);
 void ucp_worker_fini(void);
 void ucp_sleep_end(void);
 /* make sure the poller runs (after posting) */

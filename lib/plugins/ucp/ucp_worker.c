@@ -428,6 +428,7 @@ int ucp_worker_ensure(void)
     if (ucp_g.worker) return 0;
     if (ucp_g.init_failed) return -1;
 
+    ucp_log_start();
     ucp_log_hold();
     what = "ucp_config_read()";
     st   = ucp_config_read(NULL, NULL, &config);
@@ -478,7 +479,6 @@ int ucp_worker_ensure(void)
 
     ucp_log_release(0);
     held = 0;
-    ucp_log_filter_start();
     ucp_g.efd          = (pscom_ufd_t){.fd = efd, .events = EPOLLIN, .handler = efd_handler};
     ucp_g.poller.poll  = ucp_poll;
     ucp_g.poller.busy  = ucp_busy;
@@ -505,6 +505,7 @@ err_config:
         plog_err("ucp: UCX cannot be initialised (%s: %s%s%s); the ucp transport is disabled",
                  what, ucs_status_string(st), why ? ": " : "", why ? why : "");
     }
+    ucp_log_stop();
     ucp_g.init_failed = 1;
     return -1;
 }
@@ -535,7 +536,7 @@ void ucp_worker_fini(void)
     ucp_worker_release_address(ucp_g.worker, ucp_g.addr);
     ucp_worker_destroy(ucp_g.worker);
     ucp_cleanup(ucp_g.ctx);
-    ucp_log_filter_stop();
+    ucp_log_stop();
     ids_fini();
     ucp_g.worker = NULL;
     ucp_g.ctx    = NULL;
