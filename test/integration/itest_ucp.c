@@ -60,6 +60,12 @@
  *     the others wait in UCX's unexpected queue for the poller's probe.
  *     Received in order, one of them truncated, every byte and length
  *     checked.
+ * 10. unreachable: UCX_TLS names no transport that can carry messages
+ *     between two endpoints (cma only): ucp_ep_create() fails
+ *     "unreachable" and connections fall back to tcp. One error line at
+ *     the default PSP_DEBUG, with UCX's own reason folded in, however many
+ *     connections; UCX's own message does not reach stderr (or stdout) by
+ *     itself.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -553,6 +559,20 @@ static int noinit_server(tu_ctx_t *ctx)
     return 0;
 }
 
+#define UNREACHABLE_CONS 3
+
+static int unreachable_server(tu_ctx_t *ctx)
+{
+    int total;
+    capture_stderr();
+    for (int i = 0; i < UNREACHABLE_CONS; i++)
+        TU_ASSERT_STR_EQ(pscom_con_type_str(self_connection_type(ctx)), "tcp");
+    int hits = captured_lines("ucp_ep_create(): Destination is unreachable: ", &total);
+    TU_ASSERT_EQ(hits, 1);
+    TU_ASSERT_EQ(total, 1);
+    return 0;
+}
+
 static int stale_server(tu_ctx_t *ctx)
 {
     int total;
@@ -578,6 +598,14 @@ int main(void)
     setenv("PSP_TCP", "1", 1);
     setenv("PSP_DEBUG", "1", 1);
     if (tu_run("ucp_noinit", 0, noinit_server, NULL, NULL)) return 1;
+    if (tls) {
+        setenv("UCX_TLS", tls, 1);
+    } else {
+        unsetenv("UCX_TLS");
+    }
+    /* 10: the same fallback, with UCX up but unable to reach anyone */
+    setenv("UCX_TLS", "cma", 1);
+    if (tu_run("ucp_unreachable", 0, unreachable_server, NULL, NULL)) return 1;
     if (tls) {
         setenv("UCX_TLS", tls, 1);
     } else {

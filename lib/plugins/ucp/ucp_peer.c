@@ -186,7 +186,7 @@ static int peer_mode_unsupported;
 
 static void ep_close(ucp_pep_t *e, int force, int bye);
 
-static ucp_pep_t *ep_create(ucp_peer_t *p, ucs_status_t *st_out)
+static ucp_pep_t *ep_create(ucp_peer_t *p, ucs_status_t *st_out, const char **why)
 {
     ucp_pep_t *e = calloc(1, sizeof(*e));
     if (!e) {
@@ -215,7 +215,9 @@ static ucp_pep_t *ep_create(ucp_peer_t *p, ucs_status_t *st_out)
     }
     if (st == UCS_ERR_UNREACHABLE) {
         prm.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-        st           = ucp_ep_create(ucp_g.worker, &prm, &e->ep);
+        ucp_log_hold(); /* a failure's reason goes into our line (ep_next) */
+        st = ucp_ep_create(ucp_g.worker, &prm, &e->ep);
+        *why = ucp_log_release(st != UCS_OK);
         if (st == UCS_OK) p->gen++;
     }
     *st_out = st;
@@ -337,13 +339,22 @@ static void ep_close(ucp_pep_t *e, int force, int bye)
     free(e);
 }
 
-/* the next endpoint to p, for uc (which an error names) */
+/* the next endpoint to p, for uc (which an error names). A peer that the
+ * transports of UCX_TLS cannot reach is said once at error level (with
+ * UCX's reason), then at debug level: the handshake goes on to the next
+ * transport, and the core says if there is none. */
 static ucp_pep_t *ep_next(ucp_peer_t *p, ucp_con_t *uc)
 {
+    static int unreachable_told;
     ucs_status_t st;
-    ucp_pep_t *e = ep_create(p, &st);
-    if (!e)
-        plog_err("%s: ucp: ucp_ep_create(): %s", pscom_con_name(uc->con), ucs_status_string(st));
+    const char *why = NULL;
+    ucp_pep_t *e    = ep_create(p, &st, &why);
+    if (!e) {
+        int told = st == UCS_ERR_UNREACHABLE && unreachable_told++;
+        pscom_log(told ? PSCOM_LOG_DEBUG : PSCOM_LOG_ERROR, "%s: ucp: ucp_ep_create(): %s%s%s",
+                  pscom_con_name(uc->con), ucs_status_string(st), why ? ": " : "",
+                  why ? why : "");
+    }
     return e;
 }
 
