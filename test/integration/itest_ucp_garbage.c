@@ -54,6 +54,13 @@
  * connection on both sides (so that no graceful BYE tells the peer all
  * was well), "graceful" for the new one, closed properly.
  *
+ * ucp_garbage_from_server_busy: the same, with the client's UCX unable to
+ * send its BYE at once (the interposer answers UCS_ERR_NO_RESOURCE to a
+ * BYE sent with UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL, as UCX does with a full
+ * FIFO or socket): the BYE must still go, as an operation in flight. The
+ * endpoint stays for the client's next connection, so nothing else would
+ * tell the server (until 2026-11-29 it waited for good).
+ *
  * The handshake against a broken or dying peer: itest_ucp_handshake.
  */
 #define _GNU_SOURCE
@@ -90,6 +97,8 @@ enum mode {
 
 static volatile enum mode arm; /* the next MSG (or DATA) goes out broken */
 static unsigned corrupted;     /* messages broken so far */
+static int refuse_imm_bye;     /* BYEs that must go at once: "no resource" */
+static unsigned byes_refused;
 
 __attribute__((visibility("default"))) ucs_status_ptr_t
 ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
@@ -105,6 +114,11 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
         real = (send_fn)dlsym(ucp, "ucp_tag_send_nbx");
     }
     TU_ASSERT_NOT_NULL((void *)real);
+    if (refuse_imm_bye && ucpt_kind(tag) == UCPT_BYE &&
+        (param->op_attr_mask & UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL)) {
+        byes_refused++;
+        return UCS_STATUS_PTR(UCS_ERR_NO_RESOURCE);
+    }
     if (arm == NONE || ucpt_kind(tag) != (arm >= DATA_SHORT ? UCPT_DATA : UCPT_MSG))
         return real(ep, buffer, count, tag, param);
     if (arm == DATA_DROPPED) { /* as if sent at once */
@@ -352,6 +366,7 @@ static int rev_client(tu_ctx_t *ctx)
     while (failed_con != con) pscom_wait_any();
     TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), 1);
     pscom_close_connection(con);
+    TU_ASSERT_EQ(byes_refused, (unsigned)refuse_imm_bye);
     tu_wait_signal(ctx, TU_SERVER); /* it has closed its side */
 
     new_con_echo(tu_client_connect(ctx, sock), 1);
@@ -378,6 +393,10 @@ int main(int argc, char **argv)
     }
     if ((argc < 2 || !strcmp(argv[1], "ucp_garbage_from_server")) &&
         tu_run("ucp_garbage_from_server", 1, rev_server, rev_client, NULL))
+        return 1;
+    refuse_imm_bye = 1; /* inherited by the roles */
+    if ((argc < 2 || !strcmp(argv[1], "ucp_garbage_from_server_busy")) &&
+        tu_run("ucp_garbage_from_server_busy", 1, rev_server, rev_client, NULL))
         return 1;
     return 0;
 }

@@ -217,12 +217,25 @@ int ucp_write_now(pscom_con_t *con, void *priv, const void *head, size_t hlen, c
  * one unfinished), and where the peer does not take our messages now, its
  * side learns it when the endpoint closes (the goodbye on its socket,
  * ucp_peer.c). */
+/* At once if UCX can; else (a full FIFO or socket, an endpoint still
+ * wiring up) as an operation in flight that belongs to no connection (its
+ * completion is only released): the peer may be waiting for it, and the
+ * endpoint may stay open long after this close for other connections.
+ * Closing the endpoint flushes or cancels it. */
 void ucp_send_bye(ucp_con_t *uc, int error)
 {
     static const char one = 1;
-    ucs_status_ptr_t st   = ucp_tag_send_nbx(uc->ep, &one, error ? 1 : 0,
-                                             ucpt_make(uc->peer_id, UCPT_BYE, uc->tx_seq),
-                                             &send_imm_prm);
+    ucp_tag_t tag       = ucpt_make(uc->peer_id, UCPT_BYE, uc->tx_seq);
+    size_t len          = error ? 1 : 0;
+    ucs_status_ptr_t st = ucp_tag_send_nbx(uc->ep, &one, len, tag, &send_imm_prm);
+    if (UCS_PTR_STATUS(st) == UCS_ERR_NO_RESOURCE) {
+        st = ucp_tag_send_nbx(uc->ep, &one, len, tag, &send_prm);
+        if (UCS_PTR_IS_PTR(st)) {
+            ucp_req_track(st, UCP_REQ_SEND, 0);
+            ucp_wake();
+            return;
+        }
+    }
     if (UCS_PTR_STATUS(st) != UCS_OK)
         plog_dbg("%s: ucp: BYE not sent: %s", pscom_con_name(uc->con),
                  ucs_status_string(UCS_PTR_STATUS(st)));
