@@ -66,12 +66,24 @@
  *     the default PSP_DEBUG, with UCX's own reason folded in, however many
  *     connections; UCX's own message does not reach stderr (or stdout) by
  *     itself.
+ * 11. exit_dead_peer: a process exits while its endpoint still has sends
+ *     in flight to a peer that has died (SIGKILL; the sends are large:
+ *     UCX's rendezvous waits for the receiver). The endpoint's flush at
+ *     exit cannot end (over shared memory UCX 1.13 keeps the rendezvous
+ *     send in flight even after the endpoint's FORCE close); the process
+ *     must see that nothing can end any more and not wait out the 2 s
+ *     bound (until 2026-11-29 it did, after a peer's death with data in
+ *     flight, and over shared memory whenever peers exited together with
+ *     a full FIFO). Read from the exiting process's log (PSP_DEBUG=4): no
+ *     "UCX operations still in flight at exit" (the line of the 2 s bound).
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <glob.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -584,6 +596,59 @@ static int stale_server(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- 11. exit_dead_peer ------------------------------------------------------------ */
+
+#define EXIT_SENDS 8
+#define EXIT_LEN   (256u << 10)
+
+static int exit_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    tu_check_con_type(cons[1]);
+    char *buf = tu_malloc(EXIT_LEN);
+    memset(buf, 7, EXIT_LEN);
+    for (int i = 0; i < EXIT_SENDS; i++) pscom_send(cons[1], NULL, 0, buf, EXIT_LEN);
+    free(buf); /* pscom_send copied it */
+    pscom_test_any();
+    TU_ASSERT_EQ(kill(ctx->client_pids[1], SIGKILL), 0);
+    return 0; /* the exit closes the connection and the endpoint */
+}
+
+static int exit_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_client_connect(ctx, sock);
+    tu_wait_signal(ctx, TU_SERVER); /* none comes: killed meanwhile */
+    TU_FAIL("survived SIGKILL");
+}
+
+/* Occurrences of needle in the logs of tu_log_files(prefix), which are
+ * removed */
+static int logs_count(const char *prefix, const char *needle)
+{
+    const char *dir = getenv("TMPDIR");
+    char pattern[512];
+    snprintf(pattern, sizeof(pattern), "%s/%s.*.log", dir && *dir ? dir : "/tmp", prefix);
+    glob_t g;
+    int hits = 0;
+    if (glob(pattern, 0, NULL, &g)) return 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        int fd = open(g.gl_pathv[i], O_RDONLY);
+        TU_ASSERT(fd >= 0);
+        char *text = tu_read_fd(fd);
+        close(fd);
+        TU_ASSERT_NOT_NULL(text);
+        for (char *p = text; (p = strstr(p, needle)); p++) hits++;
+        free(text);
+        unlink(g.gl_pathv[i]);
+    }
+    globfree(&g);
+    return hits;
+}
+
 int main(void)
 {
     if (tu_run("ucp_unexpected_inflight", 1, unexp_server, unexp_client, NULL)) return 1;
@@ -622,5 +687,19 @@ int main(void)
     /* 7: eager fragments at any size (the children inherit it) */
     setenv("UCX_RNDV_THRESH", "inf", 1);
     if (tu_run("ucp_eager_burst", 1, burst_server, burst_client, NULL)) return 1;
+    unsetenv("UCX_RNDV_THRESH");
+
+    /* 11: last, it sends every process's log into a file */
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "itest_ucp_exit.%d", (int)getpid());
+    tu_log_files(prefix, 4);
+    const tu_opts_t exit_opts = {.killed_must_mask = 1u << 1};
+    if (tu_run("ucp_exit_dead_peer", 1, exit_server, exit_client, &exit_opts)) return 1;
+    int waited = logs_count(prefix, "UCX operations still in flight at exit");
+    if (waited) {
+        fprintf(stderr, "ucp_exit_dead_peer: the server waited out the bound at exit for "
+                        "operations to its dead peer\n");
+        return 1;
+    }
     return 0;
 }

@@ -98,6 +98,7 @@ struct ucp_pep {
                                no new ones */
     unsigned peer_closed : 1; /* the peer closed its side (goodbye on a socket) */
     unsigned ucx_failed : 1;  /* UCX reported it failed (ep_error_cb) */
+    unsigned peer_gone : 1;   /* its side is closed or gone: a flush may never end */
     unsigned sock_both : 1;   /* a socket kept by a handshake we connected: the
                                  peer started it before us, both ends have it */
 };
@@ -184,6 +185,9 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
  * "unreachable" or creating counts in UCX's sequence, so in ours too. */
 static int peer_mode_unsupported;
 
+/* ep_close()'s bye at exit: the sockets stay open while the flush goes on,
+ * and close with the goodbye when it ends (ucp_peers_fini) */
+#define UCP_BYE_AFTER_FLUSH 2
 static void ep_close(ucp_pep_t *e, int force, int bye);
 
 static ucp_pep_t *ep_create(ucp_peer_t *p, ucs_status_t *st_out, const char **why)
@@ -301,7 +305,9 @@ static pscom_list_t closing = PSCOM_LIST_INIT(closing);
 static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
 {
     ucp_req_t *r = request;
-    pscom_list_del(&((ucp_pep_t *)r->buf)->next);
+    ucp_pep_t *e = (ucp_pep_t *)r->buf;
+    pscom_list_del(&e->next);
+    socks_close(e, 1); /* kept while an exit's flush went on (ucp_peers_fini) */
     ucp_req_release(r); /* frees the ucp_pep_t too (its buf) */
 }
 
@@ -316,7 +322,7 @@ static void ep_close(ucp_pep_t *e, int force, int bye)
     force |= e->ucx_failed;
     pscom_list_del(&e->next);
     pscom_list_del(&e->linger_next);
-    socks_close(e, bye);
+    if (bye != UCP_BYE_AFTER_FLUSH) socks_close(e, bye);
     plog_dbg("ucp: endpoint %u closed%s", e->gen, force ? " (force)" : "");
     ucp_ep_h ep = e->ep;
     e->ep       = NULL;
@@ -336,6 +342,7 @@ static void ep_close(ucp_pep_t *e, int force, int bye)
     }
     if (UCS_PTR_STATUS(st) != UCS_OK && !force)
         plog_dbg("ucp: ucp_ep_close_nbx(): %s", ucs_status_string(UCS_PTR_STATUS(st)));
+    socks_close(e, 1); /* UCP_BYE_AFTER_FLUSH: the flush has ended */
     free(e);
 }
 
@@ -503,7 +510,8 @@ int ucp_peer_keep_wanted(const ucp_con_t *uc)
  * its side broke) or closed after lingering (bye). */
 static void peer_side_closed(ucp_pep_t *e, int bye)
 {
-    e->retired = 1;
+    e->retired   = 1;
+    e->peer_gone = 1;
     if (bye) {
         e->peer_closed = 1;
         pscom_list_t *pos;
@@ -595,9 +603,42 @@ void ucp_peers_abandon(void)
     while (!pscom_list_empty(&closing)) {
         ucp_pep_t *e = pscom_list_entry(closing.next, ucp_pep_t, next);
         pscom_list_del(&e->next);
-        plog_dbg("ucp: endpoint %u: its close did not end", e->gen);
+        plog_dbg("ucp: endpoint %u: its close did not end%s", e->gen,
+                 e->peer_gone ? " (the peer had closed its side)" : "");
+        socks_close(e, 1);
         ucp_req_release(e->close_req); /* frees e */
     }
+    pscom_timer_stop(&socks_dead_timer); /* closed since ucp_peers_fini() */
+    socks_dead_free(&socks_dead_timer);
+}
+
+/* Has the peer closed its side of e (goodbye or EOF on a kept socket)? Read
+ * without the core (at exit its fd events are not waited for any more). */
+static int peer_gone(ucp_pep_t *e)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &e->socks)
+    {
+        ucp_psock_t *s = pscom_list_entry(pos, ucp_psock_t, next);
+        char buf[16];
+        ssize_t n;
+        while ((n = recv(s->ufd.fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+            if (memchr(buf, UCP_GOODBYE, (size_t)n)) s->bye = 1;
+        if (s->bye || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return 1;
+    }
+    return 0;
+}
+
+int ucp_peers_closes_may_end(void)
+{
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &closing)
+    {
+        ucp_pep_t *e = pscom_list_entry(pos, ucp_pep_t, next);
+        if (!e->peer_gone && !(e->peer_gone = peer_gone(e))) return 1;
+    }
+    return 0;
 }
 
 void ucp_peers_fini(void)
@@ -608,7 +649,7 @@ void ucp_peers_fini(void)
         while (!pscom_list_empty(&p->eps)) {
             ucp_pep_t *e = pscom_list_entry(p->eps.next, ucp_pep_t, next);
             while (!pscom_list_empty(&e->cons)) pscom_list_del(e->cons.next);
-            ep_close(e, 0, 1);
+            ep_close(e, 0, UCP_BYE_AFTER_FLUSH);
         }
         pscom_list_del(&p->next);
         free(p);

@@ -350,6 +350,9 @@ int ucp_peer_keep(ucp_con_t *uc, int fd);
 int ucp_peer_sock_fd(const ucp_con_t *uc);
 void ucp_peers_fini(void);
 void ucp_peers_abandon(void); /* at exit: closes that did not end */
+/* at exit, after ucp_peers_fini(): is a close under way to a peer that may
+ * still take what it flushes (one that has not closed its side)? */
+int ucp_peers_closes_may_end(void);
 /* Report a deferred failure (endpoint error, dead socket, failed send or
  * receive) to the core once the messages that arrived before it are in.
  * Returns 1 when done with it, 0 to be asked again. */

@@ -519,16 +519,32 @@ void ucp_worker_fini(void)
     /* let graceful endpoint closes finish (bounded: a dead peer never
      * answers), and drop what nobody took (late BYEs of closed connections,
      * say): UCX warns about each message left at ucp_worker_destroy() */
-    uint64_t t0 = ucp_now_us();
-    for (;;) {
+    uint64_t t0  = ucp_now_us();
+    int hopeless = 0;
+    for (unsigned pass = 0;; pass++) {
         ucp_tag_recv_info_t info;
         ucp_tag_message_h msg;
         while ((msg = ucp_tag_probe_nb(ucp_g.worker, 0, 0, 1, &info))) ucp_rx_discard(msg, &info);
         if (!ucp_g.inflight || ucp_now_us() - t0 >= UCP_FINI_WAIT_US) break;
+        /* Every endpoint is closed or closing. What is left in flight
+         * after some rounds (for the callbacks of cancelled operations)
+         * can end only with a close under way whose peer still takes
+         * messages. Not with one whose peer has closed its side (over
+         * shared memory, a peer that exits leaves its full FIFO behind),
+         * nor on an endpoint whose close has ended (FORCE: over shared
+         * memory UCX 1.13 leaves a rendezvous send to a dead peer in
+         * flight): waiting would only wait out the bound. */
+        if (pass % 64 == 63 && (hopeless = !ucp_peers_closes_may_end())) break;
         ucp_worker_progress(ucp_g.worker);
     }
     ucp_peers_abandon();
-    if (ucp_g.inflight) plog_dbg("ucp: %u UCX operations still in flight at exit", ucp_g.inflight);
+    if (hopeless)
+        plog_dbg("ucp: %u UCX operations left in flight at exit: they cannot end (their "
+                 "endpoints are closed or their peers gone)",
+                 ucp_g.inflight);
+    else if (ucp_g.inflight)
+        plog_dbg("ucp: %u UCX operations still in flight at exit after %u ms", ucp_g.inflight,
+                 (unsigned)(UCP_FINI_WAIT_US / 1000));
 
     pscom_poller_del(&ucp_g.poller);
     pscom_ufd_del(&ucp_g.efd); /* if armed */
