@@ -624,8 +624,8 @@ static int peer_gone(ucp_pep_t *e)
         ssize_t n;
         while ((n = recv(s->ufd.fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
             if (memchr(buf, UCP_GOODBYE, (size_t)n)) s->bye = 1;
-        if (s->bye || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            return 1;
+        int alive = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+        if (s->bye || !alive) return 1;
     }
     return 0;
 }

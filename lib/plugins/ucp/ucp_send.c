@@ -212,16 +212,14 @@ int ucp_write_now(pscom_con_t *con, void *priv, const void *head, size_t hlen, c
  * (empty): the peer's side may be waiting for a DATA that a broken sender
  * never sent, and stops waiting. After an error (one byte): the peer,
  * perhaps waiting for our EOF, fails its side of the connection
- * (ucp_recv.c rx_bye). Only if UCX can send it at once: a request in
- * flight would hold up the endpoint's close (and UCX asserts at exit on
- * one unfinished), and where the peer does not take our messages now, its
- * side learns it when the endpoint closes (the goodbye on its socket,
- * ucp_peer.c). */
-/* At once if UCX can; else (a full FIFO or socket, an endpoint still
- * wiring up) as an operation in flight that belongs to no connection (its
- * completion is only released): the peer may be waiting for it, and the
- * endpoint may stay open long after this close for other connections.
- * Closing the endpoint flushes or cancels it. */
+ * (ucp_recv.c rx_bye). At once if UCX can; else (a full FIFO or socket, an
+ * endpoint still wiring up) as an operation in flight that belongs to no
+ * connection (its completion is only released): the endpoint may stay open
+ * long after this close, for other connections, and nothing else would
+ * tell the peer. The endpoint's close flushes it (FLUSH) or cancels it
+ * (FORCE); at exit, ucp_worker_fini() bounds the wait for it. Until
+ * 2026-11-29 such a BYE was dropped (itest_ucp_garbage
+ * ucp_garbage_from_server_busy). */
 void ucp_send_bye(ucp_con_t *uc, int error)
 {
     static const char one = 1;
