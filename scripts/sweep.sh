@@ -12,6 +12,16 @@
 # Environment: BUILD_DIR (default build), JOBS (default 3), EXCLUDE (ctest -E
 # regex; default: the 4 GiB and 1,000-connection tests and the install test).
 # A run takes 1-2 minutes on 2 cpus; a hang costs its test's 60 s watchdog.
+#
+# The UCX transports of the ucp-shm/ucp-tcp tests are cache variables of the
+# build (their ctest environment wins over ours), so other UCX_TLS sets are
+# swept with a build directory of their own, e.g.
+#   cmake -B build-tls -DPSCOM_TEST_UCX_TLS_SHM=sysv,cma,self
+#   BUILD_DIR=build-tls scripts/sweep.sh "PSP_DEBUG=1"
+# (2026-11-29: sm, posix, sysv,cma,self, posix,self, all and shm,tcp for
+# ucp-shm, tcp,self and all for ucp-tcp: all pass; cma,self or self alone
+# reach no peer, and connections fail with one error line, or fall back to
+# tcp where it is enabled.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}

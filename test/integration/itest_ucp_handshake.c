@@ -603,11 +603,16 @@ static int hs_client(tu_ctx_t *ctx)
 #define WIREUP_TIMEOUT_MS "300"
 #define WIREUP_TIMED_OUT  "no answer from the peer's worker within " WIREUP_TIMEOUT_MS " ms"
 
-/* UCX needs the peer's progress for the wire-up over tcp, not over shared memory */
+/* UCX needs the peer's progress for the wire-up over tcp, not over shared
+ * memory (which it takes between local processes whenever UCX_TLS allows) */
 static int wireup_needs_peer(void)
 {
     const char *tls = getenv("UCX_TLS");
-    return tls && strstr(tls, "tcp");
+    static const char *const shm[] = {"posix", "sysv", "sm", "shm", "all"};
+    if (!tls || !strstr(tls, "tcp")) return 0;
+    for (size_t i = 0; i < sizeof(shm) / sizeof(shm[0]); i++)
+        if (strstr(tls, shm[i])) return 0;
+    return 1;
 }
 
 /* Progress pscom until process pid is stopped (it signals before it stops). */
