@@ -28,6 +28,7 @@
 #include "pscom_testutil.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,10 +86,18 @@ static int xread(int fd, void *buf, size_t len)
     return 1;
 }
 
-/* every process: contribute r, get the reduction */
+/* every process: contribute r, get the reduction. pscom progresses while
+ * we wait, as in an MPI barrier: what a process has received may still owe
+ * its peers a message that pscom sends by itself (the FIN of a rendezvous,
+ * PSP_RENDEZVOUS), and over a transport whose queue to that peer is full
+ * (UCX's shared memory) it goes out only with our progress. Before
+ * 2026-11-29 the wait here blocked, and with PSP_RENDEZVOUS=1024 over
+ * ucp-shm a peer waited for such a FIN until the watchdog. */
 static red_t barrier(red_t r)
 {
     xwrite(ctl, &r, sizeof(r));
+    struct pollfd pfd = {.fd = ctl, .events = POLLIN};
+    while (poll(&pfd, 1, 1) == 0) pscom_test_any();
     if (!xread(ctl, &r, sizeof(r))) TU_FAIL("rank %d: parent gone", me);
     return r;
 }
