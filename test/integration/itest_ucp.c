@@ -663,11 +663,6 @@ int main(void)
     setenv("PSP_TCP", "1", 1);
     setenv("PSP_DEBUG", "1", 1);
     if (tu_run("ucp_noinit", 0, noinit_server, NULL, NULL)) return 1;
-    if (tls) {
-        setenv("UCX_TLS", tls, 1);
-    } else {
-        unsetenv("UCX_TLS");
-    }
     /* 10: the same fallback, with UCX up but unable to reach anyone */
     setenv("UCX_TLS", "cma", 1);
     if (tu_run("ucp_unreachable", 0, unreachable_server, NULL, NULL)) return 1;
