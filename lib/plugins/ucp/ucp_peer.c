@@ -106,8 +106,9 @@ struct ucp_pep {
 /* A handshake socket kept as the endpoint's death detector. Both ends of
  * it keep it (the connecting side says so in its confirmation) as long as
  * their endpoint is open: closed with the goodbye byte when the endpoint
- * closes after lingering (or at exit), without it when the endpoint
- * breaks (an error, FORCE). EOF without the goodbye: the peer process is
+ * closes after lingering (at exit: when its flush has ended, so that the
+ * peer's goodbye or EOF meanwhile says the flush never will), without it
+ * when the endpoint breaks (an error, FORCE). EOF without the goodbye: the peer process is
  * gone, or its side of the endpoint broke: every connection on it fails. */
 #define UCP_GOODBYE 'B'
 #define UCP_KEPT    'K' /* the connecting side started too: a detector from now on */
