@@ -214,6 +214,7 @@ static int rd_death_server(tu_ctx_t *ctx)
     free(buf);
     pscom_close_socket(sock);
     tu_log_file_remove();
+    tu_log_file_remove_of(ctx->client_pids[1]); /* it died with its log open */
     return 0;
 }
 

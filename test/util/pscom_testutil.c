@@ -304,11 +304,16 @@ int tu_log_file_count(const char *needle)
     return n;
 }
 
-void tu_log_file_remove(void)
+void tu_log_file_remove_of(pid_t pid)
 {
     char path[sizeof(log_prefix) + 32];
-    log_file_path(path, sizeof(path));
+    log_file_path_of(pid, path, sizeof(path));
     unlink(path);
+}
+
+void tu_log_file_remove(void)
+{
+    tu_log_file_remove_of(getpid());
 }
 
 /* ------------------------------------------------------------------ */

@@ -255,6 +255,8 @@ int tu_log_file_count(const char *needle);
 int tu_log_file_count_of(pid_t pid, const char *needle);
 /* Remove this process's log file (at the end of a role that passed). */
 void tu_log_file_remove(void);
+/* The same for process pid (a peer that died without removing its own). */
+void tu_log_file_remove_of(pid_t pid);
 
 /* ------------------------------------------------------------------ */
 /* Control channel (server <-> client), pipe-like, never pscom        */
