@@ -529,21 +529,27 @@ static void peer_side_closed(ucp_pep_t *e, int bye)
     if (pscom_list_empty(&e->cons)) ep_close(e, bye ? 0 : e->peer_mode, 0);
 }
 
-static void psock_handler(pscom_ufd_t *ufd, uint32_t revents)
+/* Read what the peer wrote on a kept socket (its 'K', its goodbye).
+ * Returns 1 if the socket has ended (EOF or error), 0 while it is open. */
+static int psock_read(ucp_psock_t *s)
 {
-    ucp_psock_t *s = ufd->priv;
     char buf[16];
     for (;;) {
-        ssize_t n = recv(ufd->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        ssize_t n = recv(s->ufd.fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n > 0) {
             if (memchr(buf, UCP_KEPT, (size_t)n)) s->kept = 1;
             if (memchr(buf, UCP_GOODBYE, (size_t)n)) s->bye = 1;
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        break; /* EOF or error */
+        return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
     }
+}
+
+static void psock_handler(pscom_ufd_t *ufd, uint32_t revents)
+{
+    ucp_psock_t *s = ufd->priv;
+    if (!psock_read(s)) return;
     ucp_pep_t *e  = s->e;
     ucp_con_t *uc = s->uc;
     int bye = s->bye, kept = s->kept;
@@ -596,8 +602,9 @@ int ucp_peer_keep(ucp_con_t *uc, int fd)
     return 0;
 }
 
-/* At exit, after waiting for them: closes that did not end (a peer that
- * takes no more messages: the flush cannot end) are left to UCX. A request
+/* At exit, after ucp_peers_fini() and waiting for the closes: those that
+ * did not end (a peer that takes no more messages: the flush cannot end)
+ * are left to UCX, and the sockets closed meanwhile are freed. A request
  * the user has not released makes ucp_worker_destroy() assert. */
 void ucp_peers_abandon(void)
 {
@@ -609,7 +616,7 @@ void ucp_peers_abandon(void)
         socks_close(e, 1);
         ucp_req_release(e->close_req); /* frees e */
     }
-    pscom_timer_stop(&socks_dead_timer); /* closed since ucp_peers_fini() */
+    pscom_timer_stop(&socks_dead_timer); /* not from inside an fd handler */
     socks_dead_free(&socks_dead_timer);
 }
 
@@ -621,12 +628,7 @@ static int peer_gone(ucp_pep_t *e)
     pscom_list_for_each(pos, &e->socks)
     {
         ucp_psock_t *s = pscom_list_entry(pos, ucp_psock_t, next);
-        char buf[16];
-        ssize_t n;
-        while ((n = recv(s->ufd.fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
-            if (memchr(buf, UCP_GOODBYE, (size_t)n)) s->bye = 1;
-        int alive = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
-        if (s->bye || !alive) return 1;
+        if (psock_read(s) || s->bye) return 1;
     }
     return 0;
 }
@@ -655,6 +657,4 @@ void ucp_peers_fini(void)
         pscom_list_del(&p->next);
         free(p);
     }
-    pscom_timer_stop(&socks_dead_timer); /* not from inside an fd handler */
-    socks_dead_free(&socks_dead_timer);
 }
