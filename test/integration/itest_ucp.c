@@ -76,6 +76,15 @@
  *     flight, and over shared memory whenever peers exited together with
  *     a full FIFO). Read from the exiting process's log (PSP_DEBUG=4): no
  *     "UCX operations still in flight at exit" (the line of the 2 s bound).
+ * 12. sleep_after_death: the same stuck send (a rendezvous to a peer
+ *     killed in the middle of it, the connection failed and closed) must
+ *     not keep the process from sleeping afterwards. A blocking wait for a
+ *     message that another client sends after SLEEP_DELAY_MS sleeps on the
+ *     worker's event fd (a few "sleeps:" of pscom_dump_reqstat()), not
+ *     100 ms of polling and then a 1 ms nap after another (about 200).
+ *     Until 2026-11-29 an operation that could never end stayed counted
+ *     in flight for the life of the process and kept the worker unarmed.
+ *     The client's delay only creates the idle period.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -625,6 +634,66 @@ static int exit_client(tu_ctx_t *ctx)
     TU_FAIL("survived SIGKILL");
 }
 
+/* ---- 12. sleep_after_death ----------------------------------------------------------- */
+
+#define SLEEP_DELAY_MS 300
+#define SLEEP_MAX_NAPS 10
+
+static int sleep_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[3];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cons);
+    tu_check_con_type(cons[1]);
+    char *buf = tu_malloc(EXIT_LEN);
+    memset(buf, 7, EXIT_LEN);
+    pscom_request_t *s[EXIT_SENDS];
+    for (int i = 0; i < EXIT_SENDS; i++) {
+        s[i] = pscom_request_create(0, 0);
+        pscom_req_prepare(s[i], cons[1], buf, EXIT_LEN, NULL, 0);
+        pscom_post_send(s[i]);
+    }
+    pscom_test_any();
+    TU_ASSERT_EQ(kill(ctx->client_pids[1], SIGKILL), 0);
+    /* the death is noticed: the connection fails, with the sends that
+     * had not gone out (over UCX's tcp the first may have) */
+    pscom_request_t *dead = tu_post_recv(cons[1], NULL, 0, sizeof(uint32_t));
+    pscom_wait(dead);
+    TU_ASSERT(dead->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(dead);
+    for (int i = 0; i < EXIT_SENDS; i++) {
+        pscom_wait(s[i]);
+        pscom_request_free(s[i]);
+    }
+    free(buf);
+    pscom_request_t *req      = tu_post_recv(cons[2], NULL, 0, sizeof(uint32_t));
+    unsigned long long before = sleeps_now();
+    tu_signal(ctx, 2, 1); /* send after SLEEP_DELAY_MS */
+    pscom_wait(req);
+    unsigned long long naps = sleeps_now() - before;
+    TU_ASSERT_SUCCESSFUL(req);
+    pscom_request_free(req);
+    tu_log("sleeps while waiting %d ms after the death: %llu", SLEEP_DELAY_MS, naps);
+    TU_ASSERT_MSG(naps <= SLEEP_MAX_NAPS, "%llu naps instead of a sleep on the worker", naps);
+    tu_send_tag(cons[2], TAG_MSG);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int sleep_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    tu_wait_signal(ctx, TU_SERVER); /* client 1: none comes, killed meanwhile */
+    TU_ASSERT(ctx->rank == 2);
+    tu_pause_ms(SLEEP_DELAY_MS);
+    tu_send_tag(con, TAG_MSG);
+    tu_wait_tag(con, NULL, TAG_MSG);
+    pscom_close_socket(sock);
+    return 0;
+}
+
 /* Occurrences of needle in the logs of tu_log_files(prefix), which are
  * removed */
 static int logs_count(const char *prefix, const char *needle)
@@ -683,6 +752,10 @@ int main(void)
     setenv("UCX_RNDV_THRESH", "inf", 1);
     if (tu_run("ucp_eager_burst", 1, burst_server, burst_client, NULL)) return 1;
     unsetenv("UCX_RNDV_THRESH");
+
+    /* 12 */
+    const tu_opts_t sleep_opts = {.killed_must_mask = 1u << 1};
+    if (tu_run("ucp_sleep_after_death", 2, sleep_server, sleep_client, &sleep_opts)) return 1;
 
     /* 11: last, it sends every process's log into a file */
     char prefix[64];

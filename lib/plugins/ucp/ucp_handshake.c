@@ -171,6 +171,7 @@ static int ep_wireup(ucp_con_t *uc)
     }
     ucp_req_t *r = st;
     ucp_req_track(r, UCP_REQ_FLUSH, uc->id);
+    ucp_peer_req(uc, r);
     uc->wire_req   = r;
     uc->wire_t0_us = ucp_now_us();
     pscom_list_add_tail(&uc->wiring_next, &ucp_g.wiring);

@@ -90,6 +90,7 @@ struct ucp_pep {
     ucp_ep_h ep;
     uint32_t gen;
     pscom_list_t socks;     /* ucp_psock_t.next: kept handshake sockets */
+    pscom_list_t reqs;      /* ucp_req_t.pep_next: its operations in flight */
     struct ucp_req *close_req; /* its close, under way (in closing) */
     unsigned peer_mode : 1; /* UCP_ERR_HANDLING_MODE_PEER */
     unsigned wired : 1;     /* a flush of the endpoint completed */
@@ -99,6 +100,8 @@ struct ucp_pep {
     unsigned peer_closed : 1; /* the peer closed its side (goodbye on a socket) */
     unsigned ucx_failed : 1;  /* UCX reported it failed (ep_error_cb) */
     unsigned peer_gone : 1;   /* its side is closed or gone: a flush may never end */
+    unsigned dead : 1;        /* the peer process or its side is gone (not gracefully),
+                                 or UCX failed it: its operations are orphans */
     unsigned sock_both : 1;   /* a socket kept by a handshake we connected: the
                                  peer started it before us, both ends have it */
 };
@@ -158,12 +161,46 @@ static void socks_close(ucp_pep_t *e, int bye)
         psock_close(pscom_list_entry(e->socks.next, ucp_psock_t, next), bye);
 }
 
+/* Nobody waits for e's operations any more: e is about to be freed, or
+ * dead (its peer cannot end them). */
+static void reqs_orphan(ucp_pep_t *e)
+{
+    while (!pscom_list_empty(&e->reqs))
+        ucp_req_orphan(pscom_list_entry(e->reqs.next, ucp_req_t, pep_next));
+}
+
+static void ep_dead(ucp_pep_t *e)
+{
+    e->dead = 1;
+    reqs_orphan(e);
+    if (e->close_req) ucp_req_orphan(e->close_req);
+}
+
+void ucp_peer_req(const ucp_con_t *uc, ucp_req_t *r)
+{
+    ucp_pep_t *e = uc->pep;
+    if (!e) return;
+    if (e->dead) {
+        ucp_req_orphan(r);
+    } else {
+        pscom_list_add_tail(&r->pep_next, &e->reqs);
+    }
+}
+
+/* e's close has ended (or is given up at exit): e is freed */
+static void ep_free(ucp_pep_t *e)
+{
+    reqs_orphan(e); /* FORCE: UCX 1.13 may keep a rendezvous send */
+    free(e);
+}
+
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     ucp_pep_t *e = arg;
     if (e->ep != ep) return;
     plog_dbg("ucp: endpoint error: %s", ucs_status_string(status));
     e->ucx_failed = 1;
+    ep_dead(e);
     pscom_list_t *pos;
     pscom_list_for_each(pos, &e->cons)
     {
@@ -236,6 +273,7 @@ static ucp_pep_t *ep_create(ucp_peer_t *p, ucs_status_t *st_out, const char **wh
     pscom_list_init(&e->cons);
     pscom_list_init(&e->linger_next);
     pscom_list_init(&e->socks);
+    pscom_list_init(&e->reqs);
     pscom_list_add_tail(&e->next, &p->eps);
     ucp_wake(); /* wire-up needs progress */
     return e;
@@ -309,6 +347,7 @@ static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
     ucp_pep_t *e = (ucp_pep_t *)r->buf;
     pscom_list_del(&e->next);
     socks_close(e, 1); /* kept while an exit's flush went on (ucp_peers_fini) */
+    reqs_orphan(e);
     ucp_req_release(r); /* frees the ucp_pep_t too (its buf) */
 }
 
@@ -337,6 +376,7 @@ static void ep_close(ucp_pep_t *e, int force, int bye)
         ucp_req_track(st, UCP_REQ_CLOSE, 0);
         ((ucp_req_t *)st)->buf = (char *)e;
         e->close_req           = st;
+        if (e->dead) ucp_req_orphan(st);
         pscom_list_add_tail(&e->next, &closing);
         ucp_wake();
         return;
@@ -344,7 +384,7 @@ static void ep_close(ucp_pep_t *e, int force, int bye)
     if (UCS_PTR_STATUS(st) != UCS_OK && !force)
         plog_dbg("ucp: ucp_ep_close_nbx(): %s", ucs_status_string(UCS_PTR_STATUS(st)));
     socks_close(e, 1); /* UCP_BYE_AFTER_FLUSH: the flush has ended */
-    free(e);
+    ep_free(e);
 }
 
 /* the next endpoint to p, for uc (which an error names). A peer that the
@@ -523,6 +563,7 @@ static void peer_side_closed(ucp_pep_t *e, int bye)
     } else {
         plog_dbg("ucp: endpoint %u: peer process gone (a socket closed without goodbye)",
                  e->gen);
+        ep_dead(e);
         socks_close(e, 0);
         cons_fail(e);
     }
@@ -614,6 +655,7 @@ void ucp_peers_abandon(void)
         plog_dbg("ucp: endpoint %u: its close did not end%s", e->gen,
                  e->peer_gone ? " (the peer had closed its side)" : "");
         socks_close(e, 1);
+        reqs_orphan(e);
         ucp_req_release(e->close_req); /* frees e */
     }
     pscom_timer_stop(&socks_dead_timer); /* not from inside an fd handler */

@@ -104,6 +104,11 @@ typedef struct ucp_req {
     char *buf;               /* RECV: its buffer; SEND: heap copy; or NULL */
     size_t len;
     ucp_partial_t *partial;  /* DATA/DISCARD through the generic datatype */
+    /* in its endpoint's operations (ucp_peer_req), or alone */
+    pscom_list_t pep_next;
+    /* it can never end (its peer is gone, its endpoint closed): not waited
+     * for (ucp_g.orphans) */
+    int orphan;
 } ucp_req_t;
 
 /* Generic datatype state (ucp_recv.c): keep the first `keep` bytes at
@@ -227,6 +232,7 @@ typedef struct ucp_global {
     int idle_pause;            /* idle for UCP_IDLE_CLOCK_EVERY rounds: pause */
     unsigned inflight;         /* our UCX requests not completed */
     unsigned preposts;         /* ... of which UCP_REQ_PREPOST (they need no progress) */
+    unsigned orphans;          /* ... of which orphans (ucp_req_orphan: they cannot end) */
     /* MSG/HEAD receives in flight (fragments still arriving), at most
      * PSP_UCP_MAX_RECV; beyond, the probe leaves messages in UCX. DATA
      * receives (into the core's buffer) and stashed messages (handles of
@@ -301,6 +307,8 @@ static inline void ucp_req_track(ucp_req_t *r, ucp_req_type_t type, uint64_t con
     r->con_id    = con_id;
     r->buf       = NULL;
     r->partial   = NULL;
+    r->orphan    = 0;
+    pscom_list_init(&r->pep_next);
     ucp_g.inflight++;
 }
 /* free buf/partial, ucp_request_free */
@@ -310,8 +318,24 @@ static inline void ucp_req_release(ucp_req_t *r)
     if (r->partial) free(r->partial);
     r->buf     = NULL;
     r->partial = NULL;
+    pscom_list_del(&r->pep_next);
+    if (r->orphan) ucp_g.orphans--;
     ucp_g.inflight--;
     ucp_request_free(r);
+}
+/* The request can never end, or only when UCX sees fit (its peer is gone,
+ * its endpoint closed): nobody waits for it any more. It stays counted in
+ * ucp_g.inflight (UCX owns it until its callback), but no longer keeps the
+ * worker from being armed (ops_in_flight, ucp_worker.c): an operation
+ * that never ends made every later blocking wait of the process poll for
+ * 100 ms and then nap 1 ms at a time instead of sleeping on the worker's
+ * event fd (itest_ucp ucp_sleep_after_death). */
+static inline void ucp_req_orphan(ucp_req_t *r)
+{
+    if (r->orphan) return;
+    pscom_list_del(&r->pep_next);
+    r->orphan = 1;
+    ucp_g.orphans++;
 }
 
 /* ---- ucp_handshake.c --------------------------------------------------------------- */
@@ -337,6 +361,11 @@ int ucp_peer_connect(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t 
 int ucp_peer_accept(ucp_con_t *uc, const void *addr, size_t addr_len, uint32_t gen);
 int ucp_peer_wired(const ucp_con_t *uc);
 void ucp_peer_set_wired(ucp_con_t *uc);
+/* The operation r (tracked: a send, BYE, wire-up flush, receive of a
+ * message of uc's peer) goes with uc's endpoint: orphaned when the peer
+ * turns out gone (EOF without goodbye on the endpoint's socket, UCX's
+ * error) or when the endpoint's close ends without it (FORCE) */
+void ucp_peer_req(const ucp_con_t *uc, ucp_req_t *r);
 /* the connection leaves its endpoint; force: close it with FORCE (its
  * operations cancelled; the other connections on it fail); retire: no new
  * connections on it (the connection did not end gracefully) */
@@ -405,8 +434,8 @@ void ucp_rx_close_end(ucp_con_t *uc);
  * connection fails (ucp_con_check_failed). */
 #define UCP_BYE_GRACE_US     100000
 #define UCP_BYE_GRACE_CHECKS 1000
-/* receive and drop a message */
-void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
+/* receive and drop a message; returns the request if it is in flight */
+ucp_req_t *ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
 extern const ucp_generic_dt_ops_t ucp_partial_ops;
 
 #endif /* UCP_PRIV_H */

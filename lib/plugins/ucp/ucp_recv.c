@@ -212,7 +212,7 @@ static void discard_cb(void *request, ucs_status_t status, const ucp_tag_recv_in
     ucp_req_release(request);
 }
 
-void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
+ucp_req_t *ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
 {
     ucp_partial_t *p = partial_new(NULL, 0, info->length);
     if (!p) abort(); /* 24 bytes; a message left in UCX would stay forever */
@@ -228,9 +228,10 @@ void ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
         ucp_req_track(st, UCP_REQ_DISCARD, 0);
         ((ucp_req_t *)st)->partial = p;
         ucp_wake();
-    } else {
-        free(p);
+        return st;
     }
+    free(p);
+    return NULL;
 }
 
 /* ---- receiving ---------------------------------------------------------------------- */
@@ -440,6 +441,7 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_DATA, uc->id);
+        ucp_peer_req(uc, r);
         r->len     = len;
         r->slot    = (unsigned)keep;
         r->partial = p;
@@ -483,6 +485,7 @@ static int post_msg(ucp_con_t *uc, ucp_tag_message_h msg, size_t len, unsigned k
         /* the buffer goes with the request: close may come first */
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_RECV, uc->id);
+        ucp_peer_req(uc, r);
         rxbuf_lend(uc, r, len, kind);
         ucp_g.rx_inflight++;
         ucp_wake();
@@ -784,7 +787,8 @@ void ucp_rx_close(ucp_con_t *uc)
         ucp_stash_t *s = pscom_list_entry(uc->stash.next, ucp_stash_t, next);
         pscom_list_del(&s->next);
         uc->nstash--;
-        ucp_rx_discard(s->msg, &s->info);
+        ucp_req_t *r = ucp_rx_discard(s->msg, &s->info);
+        if (r) ucp_peer_req(uc, r); /* a rendezvous: ends with the peer */
         free(s);
     }
     free(uc->rxbuf);

@@ -64,6 +64,7 @@ static inline ucs_status_t send_one(ucp_con_t *uc, const void *buf, size_t len, 
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_t *r = st;
         ucp_req_track(r, UCP_REQ_SEND, uc->id);
+        ucp_peer_req(uc, r);
         r->buf = heap;
         uc->tx_pending++;
         uc->tx_seq++;
@@ -230,6 +231,7 @@ void ucp_send_bye(ucp_con_t *uc, int error)
         st = ucp_tag_send_nbx(uc->ep, &one, len, tag, &send_prm);
         if (UCS_PTR_IS_PTR(st)) {
             ucp_req_track(st, UCP_REQ_SEND, 0);
+            ucp_peer_req(uc, st);
             ucp_wake();
             return;
         }

@@ -105,10 +105,10 @@ static void ids_fini(void)
 /* ---- work lists ------------------------------------------------------------------ */
 
 /* Operations of ours in flight that need progress (pre-posted receives
- * do not): they keep the worker from being armed. */
+ * do not, nor orphans): they keep the worker from being armed. */
 static inline int ops_in_flight(void)
 {
-    return ucp_g.inflight > ucp_g.preposts || ucp_g.rx_inflight;
+    return ucp_g.inflight > ucp_g.preposts + ucp_g.orphans || ucp_g.rx_inflight;
 }
 
 /* The worker's event fd is in the core's epoll set only while we sleep on
@@ -558,7 +558,7 @@ void ucp_worker_fini(void)
     ucp_g.ctx    = NULL;
     ucp_g.addr   = NULL;
     ucp_g.armed  = 0;
-    ucp_g.inflight = ucp_g.rx_inflight = ucp_g.ncons = 0;
+    ucp_g.inflight = ucp_g.orphans = ucp_g.rx_inflight = ucp_g.ncons = 0;
     pscom_list_init(&ucp_g.dirty);
     pscom_list_init(&ucp_g.failed);
     pscom_list_init(&ucp_g.prepost);
