@@ -610,19 +610,38 @@ static int stale_server(tu_ctx_t *ctx)
 #define EXIT_SENDS 8
 #define EXIT_LEN   (256u << 10)
 
-static int exit_server(tu_ctx_t *ctx)
+/* The server of 11 and 12: EXIT_SENDS large sends to client 1 (s: the
+ * requests, posted from buf; NULL: pscom_send, copied), which is killed
+ * while they are in flight (UCX's rendezvous waits for the receiver).
+ * Returns the socket. */
+static pscom_socket_t *kill_mid_send(tu_ctx_t *ctx, pscom_connection_t **cons,
+                                     pscom_request_t **s, char *buf)
 {
-    pscom_connection_t *cons[2];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
     tu_server_listen(ctx, sock);
     tu_server_accept_all(ctx, sock, cons);
     tu_check_con_type(cons[1]);
-    char *buf = tu_malloc(EXIT_LEN);
     memset(buf, 7, EXIT_LEN);
-    for (int i = 0; i < EXIT_SENDS; i++) pscom_send(cons[1], NULL, 0, buf, EXIT_LEN);
-    free(buf); /* pscom_send copied it */
+    for (int i = 0; i < EXIT_SENDS; i++) {
+        if (!s) {
+            pscom_send(cons[1], NULL, 0, buf, EXIT_LEN);
+            continue;
+        }
+        s[i] = pscom_request_create(0, 0);
+        pscom_req_prepare(s[i], cons[1], buf, EXIT_LEN, NULL, 0);
+        pscom_post_send(s[i]);
+    }
     pscom_test_any();
     TU_ASSERT_EQ(kill(ctx->client_pids[1], SIGKILL), 0);
+    return sock;
+}
+
+static int exit_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    char *buf = tu_malloc(EXIT_LEN);
+    kill_mid_send(ctx, cons, NULL, buf);
+    free(buf);
     return 0; /* the exit closes the connection and the endpoint */
 }
 
@@ -642,20 +661,9 @@ static int exit_client(tu_ctx_t *ctx)
 static int sleep_server(tu_ctx_t *ctx)
 {
     pscom_connection_t *cons[3];
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    tu_server_listen(ctx, sock);
-    tu_server_accept_all(ctx, sock, cons);
-    tu_check_con_type(cons[1]);
-    char *buf = tu_malloc(EXIT_LEN);
-    memset(buf, 7, EXIT_LEN);
     pscom_request_t *s[EXIT_SENDS];
-    for (int i = 0; i < EXIT_SENDS; i++) {
-        s[i] = pscom_request_create(0, 0);
-        pscom_req_prepare(s[i], cons[1], buf, EXIT_LEN, NULL, 0);
-        pscom_post_send(s[i]);
-    }
-    pscom_test_any();
-    TU_ASSERT_EQ(kill(ctx->client_pids[1], SIGKILL), 0);
+    char *buf            = tu_malloc(EXIT_LEN);
+    pscom_socket_t *sock = kill_mid_send(ctx, cons, s, buf);
     /* the death is noticed: the connection fails, with the sends that
      * had not gone out (over UCX's tcp the first may have) */
     pscom_request_t *dead = tu_post_recv(cons[1], NULL, 0, sizeof(uint32_t));
