@@ -83,7 +83,9 @@
  *     worker's event fd (a few "sleeps:" of pscom_dump_reqstat()), not
  *     100 ms of polling and then a 1 ms nap after another (about 200).
  *     Until 2026-11-29 an operation that could never end stayed counted
- *     in flight for the life of the process and kept the worker unarmed.
+ *     in flight for the life of the process and kept the worker unarmed
+ *     (over UCX's shared memory: 184 naps; over its tcp the send ends with
+ *     the endpoint's FORCE close).
  *     The client's delay only creates the idle period.
  */
 #define _GNU_SOURCE
