@@ -385,6 +385,14 @@ int main(int argc, char **argv)
         [DATA_AS_MSG] = "ucp_garbage_data_as_msg", [RNDV_SHORT] = "ucp_garbage_rndv_short",
         [DATA_DROPPED] = "ucp_garbage_data_dropped",
     };
+    /* The cases break messages of one wire form each (MSG, HEAD + DATA,
+     * UCX's rendezvous) and read the close decisions of an endpoint that
+     * stays: the settings that choose those are the defaults here, whatever
+     * the environment says (scripts/sweep.sh sets them for other tests). */
+    static const char *const wire_settings[] = {"PSP_RENDEZVOUS", "PSP_UCP_RENDEZVOUS",
+                                                "PSP_UCP_SMALL_MSG_LEN", "PSP_UCP_EP_LINGER"};
+    for (size_t i = 0; i < sizeof(wire_settings) / sizeof(wire_settings[0]); i++)
+        unsetenv(wire_settings[i]);
     /* every process logs its close decisions into a file of its own */
     tu_log_files("itest_ucp_garbage", 4);
     for (run_mode = SEQ_GAP; run_mode <= DATA_DROPPED; run_mode++) {
