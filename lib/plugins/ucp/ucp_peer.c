@@ -100,8 +100,6 @@ struct ucp_pep {
     unsigned peer_closed : 1; /* the peer closed its side (goodbye on a socket) */
     unsigned ucx_failed : 1;  /* UCX reported it failed (ep_error_cb) */
     unsigned peer_gone : 1;   /* its side is closed or gone: a flush may never end */
-    unsigned dead : 1;        /* the peer process or its side is gone (not gracefully),
-                                 or UCX failed it: its operations are orphans */
     unsigned sock_both : 1;   /* a socket kept by a handshake we connected: the
                                  peer started it before us, both ends have it */
 };
@@ -169,9 +167,16 @@ static void reqs_orphan(ucp_pep_t *e)
         ucp_req_orphan(pscom_list_entry(e->reqs.next, ucp_req_t, pep_next));
 }
 
-static void ep_dead(ucp_pep_t *e)
+/* The peer process or its side is gone (not gracefully: no goodbye), or
+ * UCX failed the endpoint: its operations can never end. */
+static int ep_dead(const ucp_pep_t *e)
 {
-    e->dead = 1;
+    return e->ucx_failed || (e->peer_gone && !e->peer_closed);
+}
+
+/* e turned out dead (ep_dead() just became true) */
+static void ep_orphan_all(ucp_pep_t *e)
+{
     reqs_orphan(e);
     if (e->close_req) ucp_req_orphan(e->close_req);
 }
@@ -180,18 +185,26 @@ void ucp_peer_req(const ucp_con_t *uc, ucp_req_t *r)
 {
     ucp_pep_t *e = uc->pep;
     if (!e) return;
-    if (e->dead) {
+    if (ep_dead(e)) {
         ucp_req_orphan(r);
     } else {
         pscom_list_add_tail(&r->pep_next, &e->reqs);
     }
 }
 
-/* e's close has ended (or is given up at exit): e is freed */
-static void ep_free(ucp_pep_t *e)
+/* e's close has ended (or is given up at exit): its sockets close with the
+ * goodbye (kept while an exit's flush went on, ucp_peers_fini), operations
+ * still on it are orphans (FORCE: UCX 1.13 may keep a rendezvous send),
+ * and e is freed (with its close request, whose buf it is) */
+static void ep_end(ucp_pep_t *e)
 {
-    reqs_orphan(e); /* FORCE: UCX 1.13 may keep a rendezvous send */
-    free(e);
+    socks_close(e, 1);
+    reqs_orphan(e);
+    if (e->close_req) {
+        ucp_req_release(e->close_req); /* frees e */
+    } else {
+        free(e);
+    }
 }
 
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -200,7 +213,7 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (e->ep != ep) return;
     plog_dbg("ucp: endpoint error: %s", ucs_status_string(status));
     e->ucx_failed = 1;
-    ep_dead(e);
+    ep_orphan_all(e);
     pscom_list_t *pos;
     pscom_list_for_each(pos, &e->cons)
     {
@@ -346,9 +359,7 @@ static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
     ucp_req_t *r = request;
     ucp_pep_t *e = (ucp_pep_t *)r->buf;
     pscom_list_del(&e->next);
-    socks_close(e, 1); /* kept while an exit's flush went on (ucp_peers_fini) */
-    reqs_orphan(e);
-    ucp_req_release(r); /* frees the ucp_pep_t too (its buf) */
+    ep_end(e);
 }
 
 /* Close an endpoint no connection uses (FLUSH, or FORCE: its operations
@@ -376,15 +387,14 @@ static void ep_close(ucp_pep_t *e, int force, int bye)
         ucp_req_track(st, UCP_REQ_CLOSE, 0);
         ((ucp_req_t *)st)->buf = (char *)e;
         e->close_req           = st;
-        if (e->dead) ucp_req_orphan(st);
+        if (ep_dead(e)) ucp_req_orphan(st);
         pscom_list_add_tail(&e->next, &closing);
         ucp_wake();
         return;
     }
     if (UCS_PTR_STATUS(st) != UCS_OK && !force)
         plog_dbg("ucp: ucp_ep_close_nbx(): %s", ucs_status_string(UCS_PTR_STATUS(st)));
-    socks_close(e, 1); /* UCP_BYE_AFTER_FLUSH: the flush has ended */
-    ep_free(e);
+    ep_end(e); /* UCP_BYE_AFTER_FLUSH: the flush has ended */
 }
 
 /* the next endpoint to p, for uc (which an error names). A peer that the
@@ -563,7 +573,7 @@ static void peer_side_closed(ucp_pep_t *e, int bye)
     } else {
         plog_dbg("ucp: endpoint %u: peer process gone (a socket closed without goodbye)",
                  e->gen);
-        ep_dead(e);
+        ep_orphan_all(e);
         socks_close(e, 0);
         cons_fail(e);
     }
@@ -654,9 +664,7 @@ void ucp_peers_abandon(void)
         pscom_list_del(&e->next);
         plog_dbg("ucp: endpoint %u: its close did not end%s", e->gen,
                  e->peer_gone ? " (the peer had closed its side)" : "");
-        socks_close(e, 1);
-        reqs_orphan(e);
-        ucp_req_release(e->close_req); /* frees e */
+        ep_end(e);
     }
     pscom_timer_stop(&socks_dead_timer); /* not from inside an fd handler */
     socks_dead_free(&socks_dead_timer);
