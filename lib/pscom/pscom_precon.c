@@ -35,6 +35,7 @@
 #include "pscom_precon_priv.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,36 @@ static unsigned stalled_max(void)
 {
     return pscom_config.precon_tcp_connect_stalled_max ? pscom_config.precon_tcp_connect_stalled_max
                                                        : 1;
+}
+
+/* Ticks without a byte moved before a handshake counts as stalled. After
+ * its CONFIRM the connecting side waits one window longer: the accepting
+ * side may start the transport at any moment then (CONFIRM_OK), and a new
+ * attempt would leave it a second connection for one pscom_connect. Within
+ * its own window the accepting side answers or closes, and before it
+ * starts it looks whether the connecting side is still there
+ * (precon_peer_left()). */
+static unsigned stall_limit(const pscom_precon_t *pre)
+{
+    return pre->is_connect && pre->confirm_sent ? 2 * stalled_max() : stalled_max();
+}
+
+/* Bytes (or the end) waiting in the socket are no stall: the timers run
+ * before the fd events of a pass, and a process that was not scheduled for
+ * a while finds both due. */
+static int input_waiting(const pscom_precon_t *pre)
+{
+    struct pollfd p = {.fd = pre->ufd.fd, .events = POLLIN};
+    return pre->phase == PHASE_HANDSHAKE && poll(&p, 1, 0) == 1;
+}
+
+/* Accepting side, before it starts the transport: has the connecting side
+ * closed this attempt (given up on it, and maybe started another)? */
+int precon_peer_left(const pscom_precon_t *pre)
+{
+    char c;
+    ssize_t n = recv(pre->ufd.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 void precon_watchdog_arm(pscom_precon_t *pre)
@@ -207,12 +238,14 @@ void precon_attempt_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, 
         return;
     }
     if (retryable) {
-        if (errnum == ETIMEDOUT) {
+        if (errnum == ETIMEDOUT && pre->stalled_ms) {
             plog_err("%s: connect to %s failed: %s, no byte moved within %u ms "
-                     "(PSP_PRECON_TCP_RECONNECT_TIMEOUT=%u x PSP_PRECON_TCP_CONNECT_STALLED_MAX=%u), "
-                     "%u attempt%s (PSP_RETRY=%u)",
+                     "(PSP_PRECON_TCP_RECONNECT_TIMEOUT=%u x PSP_PRECON_TCP_CONNECT_STALLED_MAX=%u"
+                     "%s), %u attempt%s (PSP_RETRY=%u)",
                      pscom_con_name(pre->con), target_str(pre, tgt, sizeof(tgt)), what,
-                     tick_ms() * stalled_max(), tick_ms(), stalled_max(), pre->attempt,
+                     pre->stalled_ms, tick_ms(), stalled_max(),
+                     pre->stalled_ms > tick_ms() * stalled_max() ? ", twice after CONFIRM" : "",
+                     pre->attempt,
                      pre->attempt == 1 ? "" : "s", pscom_config.retry);
         } else {
             plog_err("%s: connect to %s failed after %u attempt%s (PSP_RETRY=%u): %s: %s",
@@ -443,14 +476,16 @@ static void precon_timer(pscom_timer_t *timer)
         precon_attempt_start(pre);
         return;
     }
-    if (pre->moved) {
+    if (pre->moved || input_waiting(pre)) {
         pre->moved   = 0;
         pre->stalled = 0;
-    } else if (++pre->stalled >= stalled_max()) {
+    } else if (++pre->stalled >= stall_limit(pre)) {
         if (pre->is_connect) {
+            pre->stalled_ms = tick_ms() * pre->stalled;
             precon_attempt_failed(pre, 1, PSCOM_ERR_STDERROR, ETIMEDOUT,
-                           pre->phase == PHASE_CONNECTING ? "TCP connect stalled"
-                                                          : "handshake stalled");
+                                  pre->phase == PHASE_CONNECTING ? "TCP connect stalled"
+                                  : pre->confirm_sent ? "no answer to CONFIRM"
+                                                      : "handshake stalled");
         } else {
             plog_warn("%s: incoming connection on port %d moved no byte for %u ms "
                       "(PSP_PRECON_TCP_RECONNECT_TIMEOUT x PSP_PRECON_TCP_CONNECT_STALLED_MAX): "
@@ -486,6 +521,7 @@ void precon_attempt_start(pscom_precon_t *pre)
 {
     char tgt[96], lim[96];
     pre->attempt++;
+    pre->stalled_ms         = 0;
     pre->hello_received     = 0;
     precon_in_reset(pre);
     pre->out_len            = 0;

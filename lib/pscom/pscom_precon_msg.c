@@ -206,6 +206,12 @@ static void confirm_done(pscom_precon_t *pre, int rc)
             precon_fail(pre, PSCOM_ERR_STDERROR, errno);
         return;
     }
+    if (precon_peer_left(pre)) {
+        /* the peer gave up on this attempt: no connection it will never use */
+        precon_handshake_failed(pre, 1, PSCOM_ERR_EOF, ECONNRESET,
+                                "the peer closed the connection before CONFIRM_OK");
+        return;
+    }
     if (precon_send_msg(pre, PSCOM_PRECON_CONFIRM_OK, NULL, 0, NULL, 0) < 0) {
         precon_fail(pre, PSCOM_ERR_STDERROR, errno);
         return;

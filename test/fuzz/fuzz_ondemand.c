@@ -83,6 +83,13 @@ fuzz_od_counts_t fuzz_ondemand_counts(void)
     return counts;
 }
 
+static pscom_connection_t *cur_cli; /* "fuzzcli" of the input being run */
+
+int fuzz_ondemand_cli_tcp(void)
+{
+    return cur_cli && cur_cli->type == PSCOM_CON_TYPE_TCP;
+}
+
 /* the server must notice the end of each client and close its side */
 static void await_closed(unsigned n, int fd[])
 {
@@ -112,7 +119,10 @@ static void valid_ondemand_connect(pscom_connection_t *c)
 {
     uint8_t hs[256];
     size_t len = fuzz_hs_valid_accept(hs, sizeof(hs), PSCOM_PRECON_FLAG_ONDEMAND, "fuzzcli");
-    int fd     = fuzz_tcp_play(fuzz_tcp_connect(server_port), hs, len, 63);
+    int (*end_after)(void) = fuzz_tcp_end_after;
+    fuzz_tcp_end_after     = fuzz_ondemand_cli_tcp; /* the client stays until connected */
+    int fd                 = fuzz_tcp_play(fuzz_tcp_connect(server_port), hs, len, 63);
+    fuzz_tcp_end_after     = end_after;
     for (unsigned passes = 0; c->type != PSCOM_CON_TYPE_TCP; passes++) {
         FUZZ_CHECK(passes <= FUZZ_TCP_PASSES && "a valid handshake connects the waiting one");
         pscom_test_any();
@@ -146,6 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     pscom_connection_t *cli = fuzz_tcp_ondemand(server, sink_port, "fuzzcli");
     pscom_connection_t *zzz = fuzz_tcp_ondemand(server, sink_port, "fuzzzzz");
+    cur_cli                 = cli;
     pscom_request_t *cli_send = (setup & FUZZ_OD_SEND_CLI) ? fuzz_tcp_send_waiting(cli) : NULL;
     pscom_request_t *zzz_send = (setup & FUZZ_OD_SEND_ZZZ) ? fuzz_tcp_send_waiting(zzz) : NULL;
 
@@ -166,6 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if ((setup & FUZZ_OD_PROBE) && waits) valid_ondemand_connect(cli);
     if (cli->type == PSCOM_CON_TYPE_TCP) counts.cli_connected++;
 
+    cur_cli = NULL;
     close_all(cli, zzz);
     fuzz_tcp_await_done(cli_send);
     fuzz_tcp_await_done(zzz_send);

@@ -23,6 +23,10 @@ typedef struct fuzz_od_counts {
 } fuzz_od_counts_t;
 fuzz_od_counts_t fuzz_ondemand_counts(void);
 
+/* "fuzzcli" of the input being run is connected over tcp (for
+ * fuzz_tcp_end_after) */
+int fuzz_ondemand_cli_tcp(void);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #endif /* PSCOM_FUZZ_ONDEMAND_H */

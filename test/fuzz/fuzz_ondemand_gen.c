@@ -14,6 +14,7 @@
 
 #include "fuzz_driver.h"
 #include "fuzz_ondemand.h"
+#include "fuzz_tcp.h"
 #include "pscom_wire.h"
 
 /* two or three TCP connections each, and as many sockets in TIME_WAIT for
@@ -66,6 +67,7 @@ const char *fuzz_target_selfcheck(void)
     size_t alen = fuzz_hs_valid_accept(a, sizeof(a), PSCOM_PRECON_FLAG_ONDEMAND, "fuzzcli");
     fuzz_od_counts_t d;
 
+    fuzz_tcp_end_after = fuzz_ondemand_cli_tcp; /* clients stay until "fuzzcli" connected */
     for (unsigned step = 1; step <= 63; step = step * 2 + 1) { /* 1, 3, 7, ..., whole */
         unsigned flags = step == 63 ? 63 : step - 1;
         for (unsigned setup = 0; setup < 4; setup++) { /* with and without waiting sends */
@@ -83,6 +85,7 @@ const char *fuzz_target_selfcheck(void)
         d = run(step == 63 ? 63 : step - 1, FUZZ_OD_SEND_CLI, a, alen, b, blen);
         FUZZ_CHECK(d.cli_connected == 1);
     }
+    fuzz_tcp_end_after = NULL;
 
     /* refused: not our peer, or our own name; the waiting one still connects */
     for (size_t k = 2; k < sizeof(names) / sizeof(names[0]); k++) {

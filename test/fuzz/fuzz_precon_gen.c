@@ -12,6 +12,7 @@
 #include "fuzz_driver.h"
 #include "fuzz_handshake.h"
 #include "fuzz_precon.h"
+#include "fuzz_tcp.h"
 #include "pscom_wire.h"
 
 /* a TCP connection each, and as many sockets in TIME_WAIT for a minute:
@@ -20,6 +21,13 @@ const long fuzz_target_runs = 5000;
 
 /* ---- 1. a valid handshake -------------------------------------------------------------- */
 
+static unsigned accepted_before;
+
+static int accepted_one(void)
+{
+    return fuzz_precon_accepted() > accepted_before;
+}
+
 const char *fuzz_target_selfcheck(void)
 {
     for (unsigned step = 1; step <= 63; step = step * 2 + 1) { /* 1, 3, 7, ..., whole */
@@ -27,18 +35,26 @@ const char *fuzz_target_selfcheck(void)
         in[0]                  = (unsigned char)(step == 63 ? 63 : step - 1);
         size_t len             = 1;
         len += fuzz_hs_valid_accept(in + len, sizeof(in) - len, 0, "fuzzcli");
-        unsigned before = fuzz_precon_accepted();
-        LLVMFuzzerTestOneInput(in, len); /* also: the EOF ends the connection */
-        FUZZ_CHECK(fuzz_precon_accepted() == before + 1);
+        accepted_before    = fuzz_precon_accepted();
+        fuzz_tcp_end_after = accepted_one; /* the client stays until accepted */
+        LLVMFuzzerTestOneInput(in, len);   /* also: the EOF ends the connection */
+        fuzz_tcp_end_after = NULL;
+        FUZZ_CHECK(fuzz_precon_accepted() == accepted_before + 1);
     }
-    /* the client closes before the server read its handshake: the
-     * server's answers go to a closed peer (EPIPE, never SIGPIPE) */
-    unsigned char in[256];
-    in[0]      = 63 | 64 | 128;
-    size_t len = 1 + fuzz_hs_valid_accept(in + 1, sizeof(in) - 1, 0, "fuzzcli");
-    LLVMFuzzerTestOneInput(in, len);
-    return "valid handshakes: accepted, then ended by the client's EOF; answers to a client "
-           "that closed first";
+    /* the client's end comes with its CONFIRM (it gave up on the attempt):
+     * the server starts no connection; and the client closes before the
+     * server read its handshake: the server's answers go to a closed peer
+     * (EPIPE, never SIGPIPE) */
+    for (unsigned closing = 0; closing <= 64; closing += 64) {
+        unsigned char in[256];
+        in[0]           = (unsigned char)(63 | 128 | closing);
+        size_t len      = 1 + fuzz_hs_valid_accept(in + 1, sizeof(in) - 1, 0, "fuzzcli");
+        unsigned before = fuzz_precon_accepted();
+        LLVMFuzzerTestOneInput(in, len);
+        FUZZ_CHECK(fuzz_precon_accepted() == before);
+    }
+    return "valid handshakes: accepted, then ended by the client's EOF; not accepted when the "
+           "EOF comes with them; answers to a client that closed first";
 }
 
 /* ---- 2. damaged handshakes of every message type ------------------------------------------ */

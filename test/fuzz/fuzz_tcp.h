@@ -60,6 +60,15 @@ uint8_t *fuzz_node_marks_replaced(const uint8_t *data, size_t size);
  * (flags & 64, returns -1) or shut down writing (returns fd). */
 int fuzz_tcp_play(int fd, const uint8_t *bytes, size_t size, unsigned flags);
 
+/* Unless NULL: the close or shut-down of fuzz_tcp_play waits, progressing,
+ * until this holds (at most FUZZ_TCP_PASSES passes, else abort): a client
+ * that stays until the pscom side took its handshake. A valid handshake
+ * whose CONFIRM comes together with the client's end is dropped (the
+ * client gave up on it); the passes after each piece need not look at the
+ * sockets (the busy passes look every few ms). For the ctest sides'
+ * valid handshakes; off (NULL) for the fuzzed inputs. */
+extern int (*fuzz_tcp_end_after)(void);
+
 /* The same for n (at most FUZZ_TCP_MAX_PEERS) peers at once, a piece of
  * each in turn; fd[i] < 0: none. Sets fd[i] to -1 where it closed. */
 #define FUZZ_TCP_MAX_PEERS 4
