@@ -201,7 +201,12 @@ static void test_shared_cpu_yields(void **state)
     assert_true(yields >= 64);
     wait_op(1000, UNTIL_NAP, 0, 1);
     assert_true(yields >= 1);
-    assert_true(yields <= waited_us / 20 + 2);
+    /* once per 20 us, not in every pass (thousands in this wait). A yield
+     * that a signal or the host's scheduler made look long (it measures
+     * the time around the call) makes the cpu look shared again for up to
+     * YIELD_SHARED_HOLD (64) yields: allowed twice (scripts/sigstorm.sh,
+     * a signal every 200 us, once failed a bound without it) */
+    assert_true(yields <= waited_us / 20 + 2 + 2 * 64);
 }
 
 /* the sleep hooks: counted; the poller leaves while sleep_ok */
