@@ -11,8 +11,8 @@
  * sockets) that forwards the handshake message by message and then the
  * bytes of the transport (tcp), except:
  *
- * "late_ok": the first attempt's CONFIRM_OK is held for 1.75 windows of
- *   the client (window 2 x 300 ms). The accepting side has started the
+ * "late_ok": the first attempt's CONFIRM_OK is held for 5/3 windows of
+ *   the client (window 3 x 300 ms). The accepting side has started the
  *   transport already: the client must wait for the answer instead of
  *   starting a new attempt (it waits two windows after its CONFIRM). One
  *   attempt, one con_accept.
@@ -22,7 +22,7 @@
  *   segment). The server must not start a transport whose peer is gone: it
  *   looks before its CONFIRM_OK. Two attempts, one con_accept.
  *
- * The server's own window is long (2 x 5 s), so only the client's runs out.
+ * The server's own window is long (3 x 5 s), so only the client's runs out.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -39,8 +39,14 @@
 #include <unistd.h>
 
 #define CLIENT_TICK_MS   300
-#define CLIENT_STALLS    2
+#define CLIENT_STALLS    3
 #define WINDOW_MS        (CLIENT_TICK_MS * CLIENT_STALLS)
+/* The client's watchdog ticks every CLIENT_TICK_MS; the tick after the
+ * CONFIRM sees it moved, so a client gives up 1-1.33 windows after its
+ * CONFIRM when it waits one window (before the fix), 2-2.33 when it waits
+ * two: CONFIRM_OK held for 5/3 windows comes 0.33 windows (300 ms) from
+ * either */
+#define HOLD_MS          (WINDOW_MS * 5 / 3)
 
 /* handshake message types (doc/wire-protocol.md) */
 #define PRE_CONFIRM    5
@@ -174,7 +180,7 @@ static void relay(proxy_t *px, int c, int first)
             }
             d->have += (size_t)r;
             if (forward_msgs(d, d == up ? hold_up : hold_down) == PRE_CONFIRM_OK)
-                release = tu_now_ms() + WINDOW_MS * 7 / 4;
+                release = tu_now_ms() + HOLD_MS;
         }
         if (up->eof && up->holding) {
             /* the client gave up: the held CONFIRM, and the end, to the server */
