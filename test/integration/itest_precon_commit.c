@@ -22,6 +22,14 @@
  *   segment). The server must not start a transport whose peer is gone: it
  *   looks before its CONFIRM_OK. Two attempts, one con_accept.
  *
+ * "od_late_ok", "od_gave_up": the same over on-demand connections (the
+ *   client, the lower name, connects when it writes first; the server's
+ *   waiting connection adopts the handshake). Before the fix the server's
+ *   connection took the given-up attempt and failed with it: its receive
+ *   ended with PSCOM_ERR_IOERROR, and the client's next attempts found no
+ *   waiting connection any more.
+ *
+ * Every case also asserts that neither side saw a con_error.
  * The server's own window is long (3 x 5 s), so only the client's runs out.
  */
 #define _GNU_SOURCE
@@ -211,9 +219,38 @@ static void *proxy_main(void *arg)
     return NULL;
 }
 
-/* ---- roles ----------------------------------------------------------------- */
+/* the proxy thread, started for the server's endpoint ep */
+typedef struct proxy_run {
+    proxy_t px;
+    pthread_t th;
+    int port;     /* where the proxy listens */
+    char via[128]; /* ep with the proxy's port */
+} proxy_run_t;
 
-static int accepts;
+static void proxy_start(proxy_run_t *pr, const char *ep, enum hold hold)
+{
+    int stop[2];
+    TU_ASSERT_EQ(pipe(stop), 0);
+    pr->px = (proxy_t){.hold = hold, .srv_port = atoi(strrchr(ep, ':') + 1), .stop_rd = stop[0],
+                       .stop_wr = stop[1]};
+    pr->px.lfd = tu_tcp_socket(INADDR_LOOPBACK, 16, &pr->port);
+    snprintf(pr->via, sizeof(pr->via), "127.0.0.1:%d%s", pr->port, strchr(ep, '@'));
+    TU_ASSERT_EQ(pthread_create(&pr->th, NULL, proxy_main, &pr->px), 0);
+}
+
+/* stop it; the attempts it relayed */
+static int proxy_stop(proxy_run_t *pr)
+{
+    TU_ASSERT_EQ(write(pr->px.stop_wr, "x", 1), 1);
+    TU_ASSERT_EQ(pthread_join(pr->th, NULL), 0);
+    close(pr->px.lfd);
+    close(pr->px.stop_rd);
+    close(pr->px.stop_wr);
+    TU_ASSERT_EQ(pr->px.held_dropped, 0);
+    return pr->px.attempts;
+}
+
+static int accepts, errors;
 
 static void on_accept(pscom_connection_t *con)
 {
@@ -221,10 +258,29 @@ static void on_accept(pscom_connection_t *con)
     accepts++;
 }
 
+static void on_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    (void)con;
+    (void)op;
+    (void)err;
+    errors++;
+}
+
+static int listed(pscom_socket_t *s)
+{
+    int n = 0;
+    for (pscom_connection_t *c = pscom_get_next_connection(s, NULL); c;
+         c = pscom_get_next_connection(s, c))
+        n++;
+    return n;
+}
+
+/* one message from the client, answered; then what the server has */
 static int server(tu_ctx_t *ctx)
 {
-    pscom_socket_t *s  = tu_open_socket(ctx, 0, 0);
-    s->ops.con_accept  = on_accept;
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    s->ops.con_accept = on_accept;
+    s->ops.con_error  = on_error;
     tu_server_listen(ctx, s);
     uint32_t v;
     pscom_request_t *req = pscom_request_create(0, 0);
@@ -238,60 +294,85 @@ static int server(tu_ctx_t *ctx)
     pscom_send(req->connection, NULL, 0, &v, sizeof(v));
     pscom_request_free(req);
     TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 1); /* the client has its answer */
-    int listed = 0;
-    for (pscom_connection_t *c = pscom_get_next_connection(s, NULL); c;
-         c = pscom_get_next_connection(s, c))
-        listed++;
-    TU_ASSERT_MSG(accepts == 1 && listed == 1,
-                  "one pscom_connect, but %d con_accept and %d connections", accepts, listed);
+    int n = listed(s);
+    TU_ASSERT_MSG(accepts == 1 && n == 1 && !errors,
+                  "one pscom_connect, but %d con_accept, %d connections, %d errors", accepts, n,
+                  errors);
     tu_signal(ctx, 1, 2);
     pscom_close_socket(s);
     return 0;
 }
 
-static int client(tu_ctx_t *ctx, enum hold hold)
+/* the same over on-demand connections: the client ("client01", the lower
+ * name) connects when it writes first */
+static int od_server(tu_ctx_t *ctx)
 {
-    const char *ep = tu_client_get_ep(ctx);
-    proxy_t px     = {.hold = hold, .srv_port = atoi(strrchr(ep, ':') + 1)};
-    int port, stop[2];
-    px.lfd = tu_tcp_socket(INADDR_LOOPBACK, 16, &port);
-    TU_ASSERT_EQ(pipe(stop), 0);
-    px.stop_rd = stop[0];
-    px.stop_wr = stop[1];
-    pthread_t th;
-    TU_ASSERT_EQ(pthread_create(&th, NULL, proxy_main, &px), 0);
-
-    char via[128];
-    snprintf(via, sizeof(via), "127.0.0.1:%d%s", port, strchr(ep, '@'));
-    pscom_socket_t *s     = tu_open_socket(ctx, 0, 0);
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    s->ops.con_accept = on_accept;
+    s->ops.con_error  = on_error;
+    tu_server_listen(ctx, s);
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%u@client01", tu_wait_signal(ctx, 1));
     pscom_connection_t *c = pscom_open_connection(s);
-    TU_ASSERT_OK(pscom_connect(c, via, 0, PSCOM_CON_FLAG_DIRECT));
+    TU_ASSERT_OK(pscom_connect(c, ep, 1, PSCOM_CON_FLAG_ONDEMAND));
+    uint32_t v = 0;
+    TU_ASSERT_OK(pscom_recv(c, NULL, NULL, 0, &v, sizeof(v)));
+    TU_ASSERT_EQ(v, 0x5eed);
+    pscom_send(c, NULL, 0, &v, sizeof(v));
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 1);
+    int n = listed(s);
+    TU_ASSERT_MSG(accepts == 0 && n == 1 && !errors && c->state == PSCOM_CON_STATE_RW,
+                  "one on-demand connection, but %d con_accept, %d connections, %d errors",
+                  accepts, n, errors);
+    tu_signal(ctx, 1, 2);
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int client(tu_ctx_t *ctx, enum hold hold, int ondemand)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    s->ops.con_error  = on_error;
+    if (ondemand) {
+        TU_ASSERT_OK(pscom_listen(s, PSCOM_ANYPORT));
+        tu_signal(ctx, TU_SERVER, (uint32_t)s->listen_portno);
+    }
+    proxy_run_t pr;
+    proxy_start(&pr, tu_client_get_ep(ctx), hold);
+    pscom_connection_t *c = pscom_open_connection(s);
+    TU_ASSERT_OK(pscom_connect(c, pr.via, 0,
+                               ondemand ? PSCOM_CON_FLAG_ONDEMAND : PSCOM_CON_FLAG_DIRECT));
     uint32_t v = 0x5eed, back = 0;
     pscom_send(c, NULL, 0, &v, sizeof(v));
     TU_ASSERT_OK(pscom_recv(c, NULL, NULL, 0, &back, sizeof(back)));
     TU_ASSERT_EQ(back, v);
     tu_signal(ctx, TU_SERVER, 1);
     TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 2);
-
-    TU_ASSERT_EQ(write(px.stop_wr, "x", 1), 1);
-    TU_ASSERT_EQ(pthread_join(th, NULL), 0);
+    int attempts = proxy_stop(&pr);
+    TU_ASSERT_EQ(errors, 0);
     pscom_close_socket(s);
-    close(px.lfd);
-    close(stop[0]);
-    close(stop[1]);
-    TU_ASSERT_EQ(px.held_dropped, 0);
-    TU_ASSERT_EQ(px.attempts, hold == HOLD_CONFIRM ? 2 : 1);
+    TU_ASSERT_EQ(attempts, hold == HOLD_CONFIRM ? 2 : 1);
     return 0;
 }
 
 static int late_ok_client(tu_ctx_t *ctx)
 {
-    return client(ctx, HOLD_CONFIRM_OK);
+    return client(ctx, HOLD_CONFIRM_OK, 0);
 }
 
 static int gave_up_client(tu_ctx_t *ctx)
 {
-    return client(ctx, HOLD_CONFIRM);
+    return client(ctx, HOLD_CONFIRM, 0);
+}
+
+static int od_late_ok_client(tu_ctx_t *ctx)
+{
+    return client(ctx, HOLD_CONFIRM_OK, 1);
+}
+
+static int od_gave_up_client(tu_ctx_t *ctx)
+{
+    return client(ctx, HOLD_CONFIRM, 1);
 }
 
 static void windows(const tu_ctx_t *ctx)
@@ -315,5 +396,7 @@ int main(void)
     int rc         = 0;
     rc |= tu_run("late_ok", 1, server, late_ok_client, &opts);
     rc |= tu_run("gave_up", 1, server, gave_up_client, &opts);
+    rc |= tu_run("od_late_ok", 1, od_server, od_late_ok_client, &opts);
+    rc |= tu_run("od_gave_up", 1, od_server, od_gave_up_client, &opts);
     return rc;
 }
