@@ -9,7 +9,8 @@
  *
  * The client connects through a proxy (a thread of its own process, raw
  * sockets) that forwards the handshake message by message and then the
- * bytes of the transport (tcp), except:
+ * bytes of the socket (tcp's data; over ucp, entries .ucp-tcp/.ucp-shm,
+ * the bytes of the endpoint's death detector), except:
  *
  * "late_ok": the first attempt's CONFIRM_OK is held for 5/3 windows of
  *   the client (window 3 x 300 ms). The accepting side has started the
@@ -346,6 +347,7 @@ static int client(tu_ctx_t *ctx, enum hold hold, int ondemand)
     pscom_send(c, NULL, 0, &v, sizeof(v));
     TU_ASSERT_OK(pscom_recv(c, NULL, NULL, 0, &back, sizeof(back)));
     TU_ASSERT_EQ(back, v);
+    tu_check_con_type(c); /* PSCOM_TEST_CONTYPE: tcp, or ucp in its entries */
     tu_signal(ctx, TU_SERVER, 1);
     TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 2);
     int attempts = proxy_stop(&pr);
@@ -387,11 +389,13 @@ static void windows(const tu_ctx_t *ctx)
 
 int main(void)
 {
-    /* the proxy relays the handshake and then the tcp transport's bytes */
-    setenv("PSP_SHM", "0", 1);
-    setenv("PSP_UCP", "0", 1);
-    setenv("PSP_OPENIB", "0", 1);
-    setenv("PSP_TCP", "1", 1);
+    /* the proxy relays the handshake and then the tcp transport's bytes
+     * (over ucp, in the test entries of its own that set PSP_UCP=1, the
+     * bytes of the kept socket: ucp_peer.c) */
+    setenv("PSP_SHM", "0", 0);
+    setenv("PSP_UCP", "0", 0);
+    setenv("PSP_OPENIB", "0", 0);
+    setenv("PSP_TCP", "1", 0);
     tu_opts_t opts = {.before_init = windows};
     int rc         = 0;
     rc |= tu_run("late_ok", 1, server, late_ok_client, &opts);
