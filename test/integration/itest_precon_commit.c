@@ -9,8 +9,8 @@
  *
  * The client connects through a proxy (a thread of its own process, raw
  * sockets) that forwards the handshake message by message and then the
- * bytes of the socket (tcp's data; over ucp, entries .ucp-tcp/.ucp-shm,
- * the bytes of the endpoint's death detector), except:
+ * bytes of the socket (tcp's data; over shm, ucp and openib, entries of
+ * their own, the bytes of the death detection), except:
  *
  * "late_ok": the first attempt's CONFIRM_OK is held for 5/3 windows of
  *   the client (window 3 x 300 ms). The accepting side has started the
@@ -347,7 +347,7 @@ static int client(tu_ctx_t *ctx, enum hold hold, int ondemand)
     pscom_send(c, NULL, 0, &v, sizeof(v));
     TU_ASSERT_OK(pscom_recv(c, NULL, NULL, 0, &back, sizeof(back)));
     TU_ASSERT_EQ(back, v);
-    tu_check_con_type(c); /* PSCOM_TEST_CONTYPE: tcp, or ucp in its entries */
+    tu_check_con_type(c); /* the transport of the entry (PSCOM_TEST_CONTYPE) */
     tu_signal(ctx, TU_SERVER, 1);
     TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 2);
     int attempts = proxy_stop(&pr);
@@ -389,13 +389,9 @@ static void windows(const tu_ctx_t *ctx)
 
 int main(void)
 {
-    /* the proxy relays the handshake and then the tcp transport's bytes
-     * (over ucp, in the test entries of its own that set PSP_UCP=1, the
-     * bytes of the kept socket: ucp_peer.c) */
-    setenv("PSP_SHM", "0", 0);
-    setenv("PSP_UCP", "0", 0);
-    setenv("PSP_OPENIB", "0", 0);
-    setenv("PSP_TCP", "1", 0);
+    /* one entry per transport (test/CMakeLists.txt, PSCOM_TEST_TRANSPORTS):
+     * the proxy relays the handshake and then whatever the transport does
+     * with the socket (tcp: its data; shm, ucp, openib: death detection) */
     tu_opts_t opts = {.before_init = windows};
     int rc         = 0;
     rc |= tu_run("late_ok", 1, server, late_ok_client, &opts);
