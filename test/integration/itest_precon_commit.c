@@ -242,7 +242,10 @@ static void proxy_start(proxy_run_t *pr, const char *ep, enum hold hold)
 /* stop it; the attempts it relayed */
 static int proxy_stop(proxy_run_t *pr)
 {
-    TU_ASSERT_EQ(write(pr->px.stop_wr, "x", 1), 1);
+    ssize_t w;
+    while ((w = write(pr->px.stop_wr, "x", 1)) < 0 && errno == EINTR) {
+    }
+    TU_ASSERT_EQ(w, 1);
     TU_ASSERT_EQ(pthread_join(pr->th, NULL), 0);
     close(pr->px.lfd);
     close(pr->px.stop_rd);
