@@ -207,7 +207,7 @@ static void confirm_done(pscom_precon_t *pre, int rc)
         return;
     }
     if (precon_peer_left(pre)) {
-        /* the peer gave up on this attempt: no connection it will never use */
+        /* the peer gave up on this attempt: start no connection it would never use */
         precon_handshake_failed(pre, 1, PSCOM_ERR_EOF, ECONNRESET,
                                 "the peer closed the connection before CONFIRM_OK");
         return;
