@@ -81,7 +81,7 @@ static unsigned stalled_max(void)
  * attempt would leave it a second connection for one pscom_connect. Within
  * its own window the accepting side answers or closes, and before it
  * starts it looks whether the connecting side is still there
- * (precon_peer_left()). */
+ * (peer_left() in pscom_precon_msg.c). */
 static unsigned stall_limit(const pscom_precon_t *pre)
 {
     return pre->is_connect && pre->confirm_sent ? 2 * stalled_max() : stalled_max();
@@ -94,15 +94,6 @@ static int input_waiting(const pscom_precon_t *pre)
 {
     struct pollfd p = {.fd = pre->ufd.fd, .events = POLLIN};
     return pre->phase == PHASE_HANDSHAKE && poll(&p, 1, 0) == 1;
-}
-
-/* Accepting side, before it starts the transport: has the connecting side
- * closed this attempt (given up on it, and maybe started another)? */
-int precon_peer_left(const pscom_precon_t *pre)
-{
-    char c;
-    ssize_t n = recv(pre->ufd.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 void precon_watchdog_arm(pscom_precon_t *pre)
@@ -238,13 +229,13 @@ void precon_attempt_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, 
         return;
     }
     if (retryable) {
-        if (errnum == ETIMEDOUT && pre->stalled_ms) {
+        if (errnum == ETIMEDOUT && pre->stalled >= stalled_max()) { /* the watchdog's */
             plog_err("%s: connect to %s failed: %s, no byte moved within %u ms "
                      "(PSP_PRECON_TCP_RECONNECT_TIMEOUT=%u x PSP_PRECON_TCP_CONNECT_STALLED_MAX=%u"
                      "%s), %u attempt%s (PSP_RETRY=%u)",
                      pscom_con_name(pre->con), target_str(pre, tgt, sizeof(tgt)), what,
-                     pre->stalled_ms, tick_ms(), stalled_max(),
-                     pre->stalled_ms > tick_ms() * stalled_max() ? ", twice after CONFIRM" : "",
+                     tick_ms() * pre->stalled, tick_ms(), stalled_max(),
+                     pre->stalled > stalled_max() ? ", twice after CONFIRM" : "",
                      pre->attempt,
                      pre->attempt == 1 ? "" : "s", pscom_config.retry);
         } else {
@@ -481,7 +472,6 @@ static void precon_timer(pscom_timer_t *timer)
         pre->stalled = 0;
     } else if (++pre->stalled >= stall_limit(pre)) {
         if (pre->is_connect) {
-            pre->stalled_ms = tick_ms() * pre->stalled;
             precon_attempt_failed(pre, 1, PSCOM_ERR_STDERROR, ETIMEDOUT,
                                   pre->phase == PHASE_CONNECTING ? "TCP connect stalled"
                                   : pre->confirm_sent ? "no answer to CONFIRM"
@@ -521,7 +511,6 @@ void precon_attempt_start(pscom_precon_t *pre)
 {
     char tgt[96], lim[96];
     pre->attempt++;
-    pre->stalled_ms         = 0;
     pre->hello_received     = 0;
     precon_in_reset(pre);
     pre->out_len            = 0;

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "pscom_con.h"
 #include "pscom_ondemand.h"
@@ -194,6 +195,15 @@ static void handle_accept(pscom_precon_t *pre, const unsigned char *p, size_t le
     free(confirm);
 }
 
+/* Accepting side, before it starts the transport: has the connecting side
+ * closed this attempt (given up on it, and maybe started another)? */
+static int peer_left(const pscom_precon_t *pre)
+{
+    char c;
+    ssize_t n = recv(pre->ufd.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /* Accept side: con_confirm is over (rc); CONFIRM_OK and the transport
  * starts, or CONFIRM_FAIL and the peer offers the next plugin. */
 static void confirm_done(pscom_precon_t *pre, int rc)
@@ -206,7 +216,7 @@ static void confirm_done(pscom_precon_t *pre, int rc)
             precon_fail(pre, PSCOM_ERR_STDERROR, errno);
         return;
     }
-    if (precon_peer_left(pre)) {
+    if (peer_left(pre)) {
         /* the peer gave up on this attempt: start no connection it would never use */
         precon_handshake_failed(pre, 1, PSCOM_ERR_EOF, ECONNRESET,
                                 "the peer closed the connection before CONFIRM_OK");

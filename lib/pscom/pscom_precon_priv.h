@@ -75,7 +75,6 @@ struct pscom_precon {
      * handshaking; the retry delay while waiting */
     pscom_timer_t timer;
     unsigned stalled;                     /* ticks without a byte moved */
-    unsigned stalled_ms;                  /* connect side: how long the last stall was */
     int moved;                            /* a byte moved since the last tick */
 };
 
@@ -91,7 +90,6 @@ static inline unsigned char *precon_in(pscom_precon_t *pre)
 /* pscom_precon.c */
 const char *precon_side(const pscom_precon_t *pre);
 void precon_watchdog_arm(pscom_precon_t *pre);
-int precon_peer_left(const pscom_precon_t *pre);
 void precon_pending_end(pscom_precon_t *pre);
 void precon_cand_abort(pscom_precon_t *pre);
 void precon_attempt_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, int errnum,

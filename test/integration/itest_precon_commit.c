@@ -254,20 +254,12 @@ static int proxy_stop(proxy_run_t *pr)
     return pr->px.attempts;
 }
 
-static int accepts, errors;
+static int accepts;
 
 static void on_accept(pscom_connection_t *con)
 {
     (void)con;
     accepts++;
-}
-
-static void on_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
-{
-    (void)con;
-    (void)op;
-    (void)err;
-    errors++;
 }
 
 static int listed(pscom_socket_t *s)
@@ -284,7 +276,7 @@ static pscom_socket_t *server_socket(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
     s->ops.con_accept = on_accept;
-    s->ops.con_error  = on_error;
+    s->ops.con_error  = tu_on_con_error;
     tu_server_listen(ctx, s);
     return s;
 }
@@ -294,9 +286,9 @@ static void server_end(tu_ctx_t *ctx, pscom_socket_t *s, int want_accepts)
 {
     TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 1); /* the client has its answer */
     int n = listed(s);
-    TU_ASSERT_MSG(accepts == want_accepts && n == 1 && !errors,
+    TU_ASSERT_MSG(accepts == want_accepts && n == 1 && !tu_nerrs,
                   "one connection wanted, but %d con_accept, %d connections, %d errors",
-                  accepts, n, errors);
+                  accepts, n, tu_nerrs);
     tu_signal(ctx, 1, 2);
     pscom_close_socket(s);
 }
@@ -340,7 +332,7 @@ static int od_server(tu_ctx_t *ctx)
 static int client(tu_ctx_t *ctx, enum hold hold, int ondemand)
 {
     pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
-    s->ops.con_error  = on_error;
+    s->ops.con_error  = tu_on_con_error;
     if (ondemand) {
         TU_ASSERT_OK(pscom_listen(s, PSCOM_ANYPORT));
         tu_signal(ctx, TU_SERVER, (uint32_t)s->listen_portno);
@@ -358,7 +350,7 @@ static int client(tu_ctx_t *ctx, enum hold hold, int ondemand)
     tu_signal(ctx, TU_SERVER, 1);
     TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 2);
     int attempts = proxy_stop(&pr);
-    TU_ASSERT_EQ(errors, 0);
+    TU_ASSERT_EQ(tu_nerrs, 0);
     pscom_close_socket(s);
     TU_ASSERT_EQ(attempts, hold == HOLD_CONFIRM ? 2 : 1);
     return 0;
