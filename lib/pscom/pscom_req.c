@@ -62,6 +62,34 @@ void pscom_req_fail_all(pscom_list_t *q)
 
 PSCOM_PLUGIN_API uint64_t pscom_req_completions; /* plugin SDK, pscom_plugin.h */
 
+static void run_io_done(pscom_req_t *req)
+{
+    void (*io_done)(pscom_request_t *) = req->pub.ops.io_done;
+    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+    pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_DONE);
+    io_done(&req->pub); /* may free or re-post the request */
+    if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
+}
+
+/* PSCOM_REQF_SERIAL requests taken from the io_done queue, in its order,
+ * and whether a thread (or an outer call, when io_done makes progress
+ * itself) runs them: that one runs them all. The order is fixed here,
+ * under the lock: threads that took two requests in turn could else call
+ * their io_done the other way round. */
+static pscom_list_t serialq = PSCOM_LIST_INIT(serialq);
+static int serial_running;
+
+static void run_serial(void)
+{
+    serial_running = 1;
+    while (!pscom_list_empty(&serialq)) {
+        pscom_req_t *req = pscom_list_entry(serialq.next, pscom_req_t, next);
+        pscom_list_del(&req->next);
+        run_io_done(req);
+    }
+    serial_running = 0;
+}
+
 /* Called with the lock held; returns with it held. io_done runs unlocked. */
 void pscom_req_run_io_done(void)
 {
@@ -69,12 +97,12 @@ void pscom_req_run_io_done(void)
         pscom_list_t *pos = pscom.io_doneq.next;
         pscom_req_t *req  = pscom_list_entry(pos, pscom_req_t, next);
         pscom_list_del(pos);
-        void (*io_done)(pscom_request_t *) = req->pub.ops.io_done;
-
-        if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
-        pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_DONE);
-        io_done(&req->pub); /* may free or re-post the request */
-        if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
+        if (pscom_unlikely(req->flags & PSCOM_REQF_SERIAL)) {
+            pscom_list_add_tail(&req->next, &serialq);
+            if (!serial_running) run_serial();
+            continue;
+        }
+        run_io_done(req);
     }
 }
 

@@ -18,6 +18,10 @@
 #define PSCOM_REQF_EOF      0x1 /* the EOF message of a connection */
 #define PSCOM_REQF_INTERNAL 0x2 /* created by the library (pscom_send, EOF, ...) */
 #define PSCOM_REQF_RNDV     0x4 /* unexpected: a rendezvous request, data not yet fetched */
+/* io_done runs in completion order and one at a time, also when several
+ * threads run the io_done queue (pscom_req_run_io_done): RMA target-side
+ * operations, whose callbacks MPI's accumulate ordering needs in order */
+#define PSCOM_REQF_SERIAL 0x8
 
 struct pscom_req {
     uint32_t magic;

@@ -425,10 +425,11 @@ static void unlock_keep_queue(void)
 
 /* io_done of a target-side request: for the atomics the answer with the
  * old value and the library's compare-and-swap, then the op's callback
- * (not for an operation that failed half-way), then free. Requests
- * complete in arrival order and the io_done queue is FIFO, so every
- * atomic sees the effect of all earlier callbacks (MPI's accumulate
- * ordering). */
+ * (not for an operation that failed half-way), then free. Target-side
+ * requests are PSCOM_REQF_SERIAL: they complete in arrival order and their
+ * io_done runs in that order, one at a time, also with several threads
+ * making progress, so every atomic sees the effect of all earlier
+ * callbacks (MPI's accumulate ordering). */
 static void passive_done(pscom_request_t *request)
 {
     passive_t *pa = (passive_t *)request->user;
@@ -462,6 +463,7 @@ static pscom_req_t *passive_create(pscom_con_t *con, pscom_header_net_t *hn, siz
     p->pub.socket      = &con->sock->pub;
     pscom_req_state_set(&p->pub, PSCOM_REQ_STATE_RMA_WRITE_REQUEST | PSCOM_REQ_STATE_PASSIVE_SIDE);
     p->pub.ops.io_done = passive_done;
+    p->flags |= PSCOM_REQF_SERIAL;
     passive_t *pa      = (passive_t *)p->pub.user;
     pa->memh_id        = memh_id;
     pa->op             = op;
@@ -476,8 +478,14 @@ static pscom_req_t *passive_create(pscom_con_t *con, pscom_header_net_t *hn, siz
 static void answer_sent(pscom_req_t *msg)
 {
     pscom_req_t *after = msg->pub.rma.origin_addr;
+    int failed         = !!(msg->pub.state & PSCOM_REQ_STATE_ERROR);
     pscom_req_free(msg);
-    pscom_req_complete(after);
+    /* an answer that never left (the connection failed): no callback */
+    if (failed) {
+        pscom_req_complete_with(after, PSCOM_REQ_STATE_ERROR);
+    } else {
+        pscom_req_complete(after);
+    }
 }
 
 static void send_answer(pscom_con_t *con, uint8_t type, uint64_t id, uint64_t status,

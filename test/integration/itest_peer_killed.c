@@ -11,7 +11,11 @@
  *  3. the client dies in the middle of a 16 MiB message: the receive for
  *     it completes with ERROR (never successful with partial data; a
  *     transport that pulls the data itself may complete it, then the data
- *     must be complete and correct).
+ *     must be complete and correct);
+ *  4. the server's 16 MiB send to a client that never reads is in flight
+ *     when the server kills it: the send completes with ERROR, never as
+ *     sent (over ucp it did until 2026-11-29: UCX failed the rendezvous,
+ *     the plugin retired the message anyway).
  * Afterwards, a send on a dead connection completes (no hang).
  */
 #include "pscom_testutil.h"
@@ -52,6 +56,10 @@ static int client(tu_ctx_t *ctx)
         raise(SIGKILL);
         break;
     }
+    case 4:
+        /* never reads: wait to be killed */
+        tu_wait_signal(ctx, TU_SERVER);
+        TU_FAIL("client 4 should have been killed");
     }
     TU_FAIL("survived SIGKILL");
 }
@@ -76,7 +84,7 @@ static void expect_error(pscom_request_t *req, const char *what)
 
 static int server(tu_ctx_t *ctx)
 {
-    pscom_connection_t *cons[4];
+    pscom_connection_t *cons[5];
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
     sock->ops.con_error  = tu_on_con_error;
     tu_server_listen(ctx, sock);
@@ -121,6 +129,28 @@ static int server(tu_ctx_t *ctx)
     expect_con_error(cons[3]);
     free(big);
 
+    /* 4: a send in flight when the receiver dies */
+    tu_step("4: kill client 4 while a 16 MiB send to it is in flight");
+    {
+        unsigned char *data = (unsigned char *)tu_malloc(BIG);
+        uint32_t tag        = 4;
+        tu_fill(data, BIG, 4);
+        pscom_request_t *s = pscom_request_create(4, 0);
+        pscom_req_prepare(s, cons[4], data, BIG, &tag, sizeof(tag));
+        pscom_post_send(s);
+        for (int i = 0; i < 100; i++) pscom_test_any(); /* under way, as far as it goes */
+        TU_ASSERT_MSG(!pscom_req_is_done(s), "16 MiB send to a non-reading peer completed");
+        TU_ASSERT_EQ(kill(ctx->client_pids[4], SIGKILL), 0);
+        pscom_wait(s);
+        TU_ASSERT_MSG((s->state & PSCOM_REQ_STATE_ERROR) && !pscom_req_successful(s),
+                      "send to a peer killed before it read anything did not fail: [%s]",
+                      tu_state_str(s->state));
+        pscom_request_free(s);
+        free(data);
+    }
+    tu_step("4: wait for con_error of client 4");
+    while (!tu_error_of(cons[4])) pscom_wait_any();
+
     /* sending to a dead peer must complete (with whatever result) */
     tu_step("send to a dead peer");
     {
@@ -141,7 +171,7 @@ static int server(tu_ctx_t *ctx)
 
     pscom_request_free(r1);
     pscom_request_free(r3);
-    for (int i = 1; i <= 3; i++) pscom_close_connection(cons[i]);
+    for (int i = 1; i <= 4; i++) pscom_close_connection(cons[i]);
     tu_step("pscom_close_socket");
     pscom_close_socket(sock);
     return 0;
@@ -151,6 +181,6 @@ int main(void)
 {
     tu_opts_t opts;
     memset(&opts, 0, sizeof(opts));
-    opts.killed_must_mask = (1u << 1) | (1u << 2) | (1u << 3);
-    return tu_run("peer_killed", 3, server, client, &opts);
+    opts.killed_must_mask = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4);
+    return tu_run("peer_killed", 4, server, client, &opts);
 }

@@ -54,8 +54,10 @@
  * 64 MiB put; the target's PUT callback must not run for the incomplete
  * put, and con_error is called. Fourth scenario (get_death): the target dies
  * while answering a 64 MiB get; the origin's get ends with ERROR, io_done
- * runs and con_error is called. (Over shm both complete directly before
- * the death: then the data must be all there.)
+ * runs and con_error is called. Fifth (get_origin_death): the origin of a
+ * 64 MiB get dies without reading the answer; the target's GET callback
+ * must not run for the answer that never left. (Over shm they complete
+ * directly before the death: then the data must be all there.)
  */
 #include <stdint.h>
 
@@ -1189,6 +1191,60 @@ static int get_death_client(tu_ctx_t *ctx)
     TU_FAIL("not killed");
 }
 
+/* get_origin_death: the server is the target, the client the origin of a
+ * 64 MiB get that never reads the answer and dies: the answer never left,
+ * so the target's GET callback must not run (spec 1.7: it runs "after the
+ * reply is sent"; the same rule as put_death's). */
+static int get_origin_death_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = on_con_error_any;
+    g_con                = tu_server_accept_one(ctx, sock);
+    g_win                = tu_malloc(DEATH_LEN);
+    memset(g_win, 0x33, DEATH_LEN);
+    pscom_memh_t memh;
+    TU_ASSERT_OK(pscom_mem_register(sock, g_win, DEATH_LEN, &memh));
+    pscom_register_rma_callbacks(cb_get, memh, PSCOM_RMA_GET);
+    void *rb;
+    size_t rl;
+    TU_ASSERT_OK(pscom_rkey_buffer_pack(&rb, &rl, memh));
+    send_ctl(g_con, TAG_RKEY, 0, (uint64_t)(uintptr_t)g_win, rb, rl);
+    pscom_rkey_buffer_release(rb);
+
+    /* 1: the get is posted; 2: the origin read our memory itself already */
+    uint32_t how = tu_wait_signal(ctx, 1);
+    TU_ASSERT(how == 1 || how == 2);
+    for (int i = 0; i < 100; i++) pscom_test_any(); /* take the request, start the answer */
+    kill(ctx->client_pids[1], SIGKILL);
+    tu_wait_flag(&g_con_error);
+    for (int i = 0; i < 10; i++) pscom_test_any();
+    TU_ASSERT_LE(cb_count[PSCOM_RMA_GET], how == 2 ? 1 : 0);
+    TU_ASSERT_EQ(g_con_error, 1);
+    TU_ASSERT_OK(pscom_mem_deregister(memh));
+    pscom_close_connection(g_con);
+    free(g_win);
+    return 0;
+}
+
+static int get_origin_death_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    ctl_xh_t xh;
+    pscom_rkey_t rkey  = recv_rkey(con, &xh);
+    unsigned char *dst = tu_malloc(DEATH_LEN);
+    pscom_request_t *r = rma_req(con, rkey, 0);
+    r->rma.origin_addr = dst;
+    r->rma.target_addr = (void *)(uintptr_t)xh.addr;
+    r->data_len        = DEATH_LEN;
+    r->xheader_len     = sizeof(pscom_xheader_rma_get_t);
+    set_head(&r->xheader.rma_get.user.h, PSCOM_RMA_GET, 1, 0, DEATH_LEN, 0, NULL, 0);
+    pscom_post_rma_get(r);
+    tu_signal(ctx, TU_SERVER, pscom_req_is_done(r) ? 2 : 1);
+    tu_wait_signal(ctx, TU_SERVER); /* killed while waiting, the answer unread */
+    TU_FAIL("not killed");
+}
+
 /* ---- direct memory access (transport caps RMA_READ/RMA_WRITE) ---------------------
  * The target registers a window and then stays out of pscom (blocked on
  * the control channel). Over shm with cross-memory attach, the origin's
@@ -1316,5 +1372,8 @@ int main(void)
     if (tu_run("rma_direct", 1, direct_server, direct_client, NULL)) return 1;
     if (tu_run("rma_put_death", 1, put_death_server, put_death_client, &death)) return 1;
     if (tu_run("rma_get_death", 1, get_death_server, get_death_client, &death)) return 1;
+    if (tu_run("rma_get_origin_death", 1, get_origin_death_server, get_origin_death_client,
+               &death))
+        return 1;
     return 0;
 }

@@ -161,8 +161,11 @@ void ucp_tx_progress(ucp_con_t *uc)
     uc->tx_busy = 1;
     do {
         uc->tx_again = 0;
-        /* retire the message in flight once UCX is done with it */
-        if (uc->tx_inflight && !uc->tx_pending) {
+        /* retire the message in flight once UCX is done with it; one
+         * whose send failed stays queued for the connection's failure to
+         * end with ERROR (until 2026-11-29 it was retired as sent: a
+         * rendezvous to a peer that died completed successfully) */
+        if (uc->tx_inflight && !uc->tx_pending && !uc->tx_failed) {
             size_t n        = uc->tx_inflight;
             uc->tx_inflight = 0;
             if (write_done(uc, n)) goto out; /* closed */
