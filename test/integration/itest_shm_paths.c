@@ -34,6 +34,11 @@
  *  - both sides send 8 MiB (1 MiB) to each other at the same time, 5 rounds;
  *  - 300 messages of mixed sizes keep their order.
  *
+ * Mode zero (PSP_SHM_RENDEZVOUS=0, every message with data "large") only
+ * sends messages of a 2000-byte xheader and no data: the receiver's timing
+ * of large messages divided by their data length, 0 (SIGFPE until
+ * 2026-11-29, at the second such message).
+ *
  * "itest_shm_paths contype" only connects, with PSP_DEBUG_CONTYPE=1 (the
  * ctest entry checks for the "via shm" lines); "itest_shm_paths MODE" runs
  * the one mode.
@@ -406,6 +411,44 @@ static int quick_server(tu_ctx_t *ctx)
     return 0;
 }
 
+/* mode zero: xheader-only messages, the threshold at 0 */
+#define XH_ONLY_N   4
+#define XH_ONLY_LEN 2000
+
+static int xh_only_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    unsigned char xh[XH_ONLY_LEN];
+    for (unsigned i = 0; i < XH_ONLY_N; i++) {
+        tu_fill(xh, sizeof(xh), 7000 + i);
+        pscom_send(con, xh, sizeof(xh), NULL, 0);
+    }
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), CMD_END);
+    return 0;
+}
+
+static int xh_only_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    TU_ASSERT_EQ(con->type, PSCOM_CON_TYPE_SHM);
+    for (unsigned i = 0; i < XH_ONLY_N; i++) {
+        pscom_request_t *r = pscom_request_create(XH_ONLY_LEN, 0);
+        r->connection      = con;
+        r->xheader_len     = XH_ONLY_LEN;
+        pscom_post_recv(r);
+        pscom_wait(r);
+        TU_ASSERT_SUCCESSFUL(r);
+        TU_ASSERT_EQ(r->header.xheader_len, XH_ONLY_LEN);
+        TU_ASSERT_EQ(r->header.data_len, 0);
+        TU_ASSERT_PATTERN((const unsigned char *)&r->xheader, XH_ONLY_LEN, 7000 + i);
+        pscom_request_free(r);
+    }
+    command(ctx, CMD_END);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
@@ -428,6 +471,15 @@ int main(int argc, char **argv)
         setenv("PSP_SHM_RING_SIZE", "1048576", 1);
         setenv("PSP_DEBUG_CONTYPE", "1", 1);
         return tu_run("shm_contype", 1, quick_server, quick_client, NULL);
+    }
+    if (argc == 1 || !strcmp(argv[1], "zero")) {
+        mode = "zero";
+        setenv("PSP_SHM_CMA", "1", 1);
+        setenv("PSP_SHM_ADAPT", "1", 1);
+        setenv("PSP_SHM_RING_SIZE", "1048576", 1);
+        setenv("PSP_SHM_RENDEZVOUS", "0", 1);
+        if (tu_run("shm_paths_zero", 1, xh_only_server, xh_only_client, NULL)) return 1;
+        if (argc > 1) return 0;
     }
     for (unsigned m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
         char name[32];

@@ -310,18 +310,19 @@ static int shm_con_start(pscom_con_t *con, int *fd)
     shm_seg_hdr_t *rh = shm_seg_hdr(&sc->rx_seg);
     sc->rx.ring       = shm_seg_ring(&sc->rx_seg);
     sc->rx.consumed   = &rh->consumed;
-    sc->rx.mask       = rh->ring_size - 1;
+    sc->rx.mask       = shm_seg_ring_size(&sc->rx_seg) - 1;
     sc->rx.pos        = 0;
 
     shm_seg_hdr_t *th = shm_seg_hdr(&sc->tx_seg);
     sc->tx.ring       = shm_seg_ring(&sc->tx_seg);
     sc->tx.consumed   = &th->consumed;
-    sc->tx.mask       = th->ring_size - 1;
+    sc->tx.mask       = shm_seg_ring_size(&sc->tx_seg) - 1;
     sc->tx.pos        = 0;
     sc->tx.seen       = 0;
     /* at least four packets in flight (a 128 KiB ring: 32 KiB packets) */
-    uint64_t maxp     = th->ring_size / 4;
-    uint64_t fit      = shm_ring_max_payload(th->ring_size) - SHM_PKT_GAP_MAX; /* room for a gap */
+    uint64_t maxp     = shm_seg_ring_size(&sc->tx_seg) / 4;
+    uint64_t fit      = shm_ring_max_payload(shm_seg_ring_size(&sc->tx_seg)) -
+                   SHM_PKT_GAP_MAX; /* room for a gap */
     if (maxp > fit) maxp = fit;
     sc->chunk         = shm_config.chunk < maxp ? shm_config.chunk : (uint32_t)maxp;
 

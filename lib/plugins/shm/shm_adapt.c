@@ -86,7 +86,10 @@ void shm_time_sample(shm_con_t *sc, int ring_way, uint64_t t0, uint64_t len)
 /* Is a message of dlen data bytes one the sender may send either way? */
 int shm_time_wanted(const shm_con_t *sc, uint64_t dlen)
 {
-    return shm_config.adapt && sc->cma_local && dlen >= sc->rndv_size && dlen <= SHM_ADAPT_MAX;
+    /* (not without data, whatever the threshold: the sample is per byte;
+     * PSP_SHM_RENDEZVOUS=0 divided by 0) */
+    return shm_config.adapt && sc->cma_local && dlen && dlen >= sc->rndv_size &&
+           dlen <= SHM_ADAPT_MAX;
 }
 
 /* Receiver: a DATA packet whose stream bytes are at p (head_len bytes of

@@ -81,6 +81,14 @@ static inline char *shm_seg_ring(const shm_seg_t *seg)
     return seg->base + SHM_SEG_RING_OFFSET;
 }
 
+/* The ring's size as mapped (created, or validated at attach). Never the
+ * header's ring_size: the peer maps the header too, and could change it
+ * after the check (a ring size of 1 GiB turned off every bound). */
+static inline uint64_t shm_seg_ring_size(const shm_seg_t *seg)
+{
+    return seg->size - SHM_SEG_RING_OFFSET;
+}
+
 /* Fill buf with len random bytes (getrandom, falling back to a mix of time,
  * pid and a counter: the names are guarded by O_EXCL anyway). */
 void shm_random(void *buf, size_t len);
