@@ -177,7 +177,7 @@ static void listen_handler(pscom_ufd_t *ufd, uint32_t revents)
 
 static void listen_activate(pscom_sock_t *sock)
 {
-    if (sock->listen_active || sock->listen_ufd.fd < 0) return;
+    if (sock->listen_active || sock->listen_ufd.fd < 0 || sock->closing) return;
     if (pscom_ufd_add(&sock->listen_ufd) == 0) sock->listen_active = 1;
 }
 
@@ -422,8 +422,34 @@ static int sock_closed(void *arg)
     return 0;
 }
 
+/* Connections that did not finish in time. A handshake still running is
+ * ended too, and whatever a pending callback keeps alive leaves the list:
+ * both refer to the socket, whose memory goes after this. */
+static void cut_off_connections(pscom_sock_t *sock)
+{
+    while (!pscom_list_empty(&sock->connections)) {
+        pscom_con_t *con = pscom_list_entry(sock->connections.next, pscom_con_t, sock_next);
+        if (con->precon) {
+            pscom_precon_abort(con->precon);
+        } else {
+            pscom_con_transport_error(con, PSCOM_OP_RW, ETIMEDOUT);
+            pscom_con_release(con);
+        }
+        if (sock->connections.next == &con->sock_next) { /* not released (freeing is deferred) */
+            pscom_list_del(&con->sock_next);
+            con->listed = 0;
+        }
+    }
+}
+
 static void close_one_socket(pscom_sock_t *sock)
 {
+    /* No new connections from here on: one accepted while we wait would be
+     * a user connection nobody closes, and we would wait for it forever.
+     * Peers that connect now are refused. */
+    sock->closing = 1;
+    listen_close(sock);
+
     pscom_list_t *pos, *tmp;
     pscom_list_for_each_safe(pos, tmp, &sock->connections) {
         pscom_con_t *con = pscom_list_entry(pos, pscom_con_t, sock_next);
@@ -433,13 +459,7 @@ static void close_one_socket(pscom_sock_t *sock)
                       .last_change_us = pscom_time_us()};
     pscom_wait_until(sock_closed, &w);
 
-    /* connections that did not finish in time: cut them off */
-    pscom_list_for_each_safe(pos, tmp, &sock->connections) {
-        pscom_con_t *con = pscom_list_entry(pos, pscom_con_t, sock_next);
-        pscom_con_transport_error(con, PSCOM_OP_RW, ETIMEDOUT);
-        pscom_con_release(con);
-    }
-    listen_close(sock);
+    cut_off_connections(sock);
     pscom_recv_fail_sock(sock);
     pscom_group_sock_fini(sock);
     pscom_plugins_sock_fini(sock);

@@ -22,6 +22,7 @@ struct pscom_sock {
     pscom_ufd_t listen_ufd;    /* fd -1: none */
     int listen_active;
     int listen_stop_pending;   /* stopped, but kept for waiting on-demand connections */
+    int closing;               /* in pscom_close_socket: takes no new connections */
     void **plugin_priv;        /* per registered plugin, NULL if unused */
     pscom_socket_t pub;        /* must be last */
 };

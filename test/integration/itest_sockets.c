@@ -26,6 +26,17 @@
  *  - pscom_close_socket on a client completes its still-posted any-source
  *    receive with ERROR; the server gets con_error(OP_READ, ERR_EOF) per
  *    client; the server's pscom_close_socket does the same for its own.
+ * Closing while a peer connects (2 clients; client 1 does not answer the
+ * server's EOF until client 2 is done, through a pipe between the two):
+ *  - "close_accept": client 2 connects (pscom, DIRECT) while the server is
+ *    in pscom_close_socket: the closing socket takes no new connection
+ *    (pscom_connect fails, no con_accept), and the close returns once
+ *    client 1 answers (it waited forever for the new connection before);
+ *  - "close_timeout" (PSP_SHUTDOWN_TIMEOUT=1 on the server): client 2
+ *    opened a plain TCP connection to the listener just before the close
+ *    and sends nothing; when the close gave up on client 1 and returned,
+ *    client 2's connection is closed too (a handshake left running used
+ *    the freed socket when it ended).
  */
 #include "pscom_testutil.h"
 
@@ -33,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define NCLIENTS  3
@@ -321,7 +333,133 @@ static int client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---------------- closing while a peer connects ---------------- */
+
+static int relay[2]; /* client 2 -> client 1: "done, answer the server now" */
+static int close_accepts;
+
+static void count_accept(pscom_connection_t *con)
+{
+    (void)con;
+    close_accepts++;
+}
+
+/* server: client 1 connected; client 2 does its part around our close */
+static int close_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_accept = count_accept;
+    tu_server_listen(ctx, sock);
+    pscom_connection_t *c1 = tu_wait_tag(NULL, sock, TU_TAG_HELLO);
+    tu_send_tag(c1, TU_TAG_WELCOME);
+    TU_ASSERT_EQ(close_accepts, 1);
+
+    tu_signal(ctx, 2, 1);
+    if (tu_wait_signal(ctx, 2) == 2) { /* close_timeout: client 2's TCP connection is there */
+        tu_step("pscom_close_socket (client 1 does not answer, PSP_SHUTDOWN_TIMEOUT=1)");
+        pscom_close_socket(sock);
+        tu_signal(ctx, 2, 3);
+    } else {
+        tu_step("pscom_close_socket while client 2 connects");
+        pscom_close_socket(sock);
+    }
+    TU_ASSERT_EQ(close_accepts, 1);
+    return 0;
+}
+
+static void relay_write(void)
+{
+    ssize_t w;
+    while ((w = write(relay[1], "x", 1)) < 0 && errno == EINTR) {
+    }
+    TU_ASSERT_EQ(w, 1);
+}
+
+static void relay_read(void)
+{
+    char c;
+    ssize_t r;
+    while ((r = read(relay[0], &c, 1)) < 0 && errno == EINTR) {
+    }
+    TU_ASSERT_EQ(r, 1);
+}
+
+/* client 1: connected, then out of pscom (the server's EOF stays
+ * unanswered) until client 2 is done */
+static void close_client1(tu_ctx_t *ctx, pscom_socket_t *sock)
+{
+    tu_client_connect(ctx, sock);
+    tu_step("waiting for client 2, out of pscom");
+    relay_read();
+    pscom_close_socket(sock);
+}
+
+static int close_accept_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = tu_on_con_error;
+    if (ctx->rank == 1) {
+        close_client1(ctx, sock);
+        return 0;
+    }
+    const char *ep = tu_client_get_ep(ctx);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 1);
+    tu_signal(ctx, TU_SERVER, 1);
+    /* the server is in pscom_close_socket now (or about to be) */
+    pscom_connection_t *con = pscom_open_connection(sock);
+    TU_ASSERT_NOT_NULL(con);
+    tu_step("pscom_connect(DIRECT) to the closing server");
+    pscom_err_t rc = pscom_connect(con, ep, TU_SERVER, PSCOM_CON_FLAG_DIRECT);
+    TU_ASSERT_MSG(rc != PSCOM_SUCCESS, "a socket in pscom_close_socket accepted a new "
+                                       "connection (state %s)",
+                  pscom_con_state_str(con->state));
+    relay_write();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int close_timeout_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    if (ctx->rank == 1) {
+        close_client1(ctx, sock);
+        return 0;
+    }
+    const char *ep = tu_client_get_ep(ctx);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 1);
+    int fd = tu_tcp_connect(atoi(strchr(ep, ':') + 1)); /* in the backlog: sends nothing */
+    tu_signal(ctx, TU_SERVER, 2);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 3); /* its close returned */
+    char c;
+    ssize_t r = recv(fd, &c, 1, MSG_DONTWAIT);
+    TU_ASSERT_MSG(r == 0 || (r < 0 && errno == ECONNRESET),
+                  "the server still holds a connection to its closed socket: recv = %zd (%s)",
+                  r, r < 0 ? strerror(errno) : "data");
+    close(fd);
+    relay_write();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* client 2's refused connect is not retried for long */
+static void close_accept_env(const tu_ctx_t *ctx)
+{
+    (void)ctx;
+    setenv("PSP_RETRY", "1", 0);
+}
+
+static void close_timeout_env(const tu_ctx_t *ctx)
+{
+    if (ctx->rank == TU_SERVER) setenv("PSP_SHUTDOWN_TIMEOUT", "1", 1);
+}
+
 int main(void)
 {
-    return tu_run("sockets", NCLIENTS, server, client, NULL);
+    int rc = tu_run("sockets", NCLIENTS, server, client, NULL);
+    if (pipe(relay) < 0) return 1;
+    tu_opts_t opts = {.before_init = close_accept_env, .timeout = 30};
+    rc |= tu_run("close_accept", 2, close_server, close_accept_client, &opts);
+    opts.before_init = close_timeout_env;
+    rc |= tu_run("close_timeout", 2, close_server, close_timeout_client, &opts);
+    return rc;
 }
