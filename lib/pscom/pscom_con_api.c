@@ -150,8 +150,13 @@ PSCOM_API pscom_connection_t *pscom_get_next_connection(pscom_socket_t *socket,
     pscom_sock_t *sock = pscom_sock_from_pub(socket);
     pscom_connection_t *res = NULL;
     pscom_lock();
-    pscom_list_t *pos = connection ? pscom_con_from_pub(connection)->sock_next.next
-                                   : sock->connections.next;
+    pscom_list_t *pos = sock->connections.next;
+    if (connection) {
+        /* one not in the list (never connected, failed) has no next one:
+         * its sock_next points to itself, a walk from it would never end */
+        pscom_con_t *con = pscom_con_from_pub(connection);
+        pos = con->listed && con->sock == sock ? con->sock_next.next : &sock->connections;
+    }
     for (; pos != &sock->connections; pos = pos->next) {
         pscom_con_t *con = pscom_list_entry(pos, pscom_con_t, sock_next);
         if (is_set_up(con)) {

@@ -11,7 +11,9 @@
  *  - neither or both of DIRECT/ONDEMAND give PSCOM_ERR_INVALID;
  *  - ONDEMAND on a socket that does not listen gives PSCOM_ERR_INVALID;
  *  - pscom_socket_get_ep_str on a socket that does not listen gives
- *    PSCOM_ERR_STDERROR with errno EINVAL.
+ *    PSCOM_ERR_STDERROR with errno EINVAL;
+ *  - pscom_get_next_connection(sock, con) of a connection never connected
+ *    or whose DIRECT connect failed returns NULL (it is not in the list).
  * Scenario "handshake" (server = a plain TCP listener, no pscom):
  *  - the listener accepts and closes at once, or answers with garbage and
  *    closes: pscom_connect(DIRECT) must return, either with an error or
@@ -57,6 +59,8 @@ static void expect_refused(pscom_socket_t *sock, const char *ep)
     TU_ASSERT_NE(tu_errs[before].err, PSCOM_SUCCESS);
     TU_ASSERT_EQ(con->state, PSCOM_CON_STATE_CLOSED);
     TU_ASSERT(pscom_get_next_connection(sock, NULL) != con);
+    tu_step("pscom_get_next_connection after a failed connection");
+    TU_ASSERT_NULL(pscom_get_next_connection(sock, con)); /* not listed: the end (spec 1.4) */
     pscom_close_connection(con);
 }
 
@@ -82,6 +86,20 @@ static int refused_server(tu_ctx_t *ctx)
     sock->ops.con_error  = tu_on_con_error;
     char ep[256];
     int port = dead_port();
+
+    /* a connection never connected is not listed: nothing comes after it
+     * (spec 1.4), also with a listed connection (loopback) in the socket */
+    pscom_connection_t *fresh = pscom_open_connection(sock);
+    TU_ASSERT_NOT_NULL(fresh);
+    tu_step("pscom_get_next_connection after a connection never connected");
+    TU_ASSERT_NULL(pscom_get_next_connection(sock, fresh));
+    pscom_connection_t *loop = pscom_open_connection(sock);
+    TU_ASSERT_OK(pscom_connect(loop, NULL, 0, PSCOM_CON_FLAG_DIRECT));
+    TU_ASSERT_PTR_EQ(pscom_get_next_connection(sock, NULL), loop);
+    TU_ASSERT_NULL(pscom_get_next_connection(sock, fresh));
+    TU_ASSERT_NULL(pscom_get_next_connection(sock, loop));
+    pscom_close_connection(loop);
+    pscom_close_connection(fresh);
 
     /* not listening yet */
     char *str = NULL;
