@@ -250,10 +250,22 @@ static pscom_err_t listen_open(pscom_sock_t *sock, int portno)
     return PSCOM_SUCCESS;
 }
 
+/* PSCOM_ANYPORT (-1), PSCOM_LISTEN_FD0 (0) or a TCP port */
+static int listen_portno_valid(int portno)
+{
+    return portno == PSCOM_ANYPORT || portno == PSCOM_LISTEN_FD0 || (portno > 0 && portno <= 65535);
+}
+
 PSCOM_API pscom_err_t pscom_listen(pscom_socket_t *socket, int portno)
 {
     pscom_sock_t *sock = pscom_sock_from_pub(socket);
     pscom_err_t res    = PSCOM_SUCCESS;
+    if (!listen_portno_valid(portno)) {
+        plog_err("pscom_listen: port %d is not a TCP port, PSCOM_ANYPORT or PSCOM_LISTEN_FD0",
+                 portno);
+        errno = EINVAL;
+        return PSCOM_ERR_STDERROR;
+    }
     pscom_lock();
     if (sock->listen_ufd.fd >= 0) {
         if (portno == PSCOM_ANYPORT || portno == socket->listen_portno) {

@@ -19,6 +19,9 @@
  *    SUCCESS with the same port, another port gives ERR_ALREADY; the
  *    endpoint string is "a.b.c.d:PORT@NAME" from node_id, and identical on
  *    every call, also across stop_listen/suspend_listen/resume_listen.
+ *  - pscom_listen with a port outside 0..65535 other than PSCOM_ANYPORT
+ *    (-1) gives PSCOM_ERR_STDERROR, errno EINVAL, and changes nothing,
+ *    whether the socket listens or not;
  * With 3 clients (one of them connects with "localhost:PORT@name"):
  *  - con_accept runs once per client, on exactly the connections that
  *    pscom_get_next_connection lists; remote_con_info carries the peer's
@@ -41,6 +44,7 @@
 #include "pscom_testutil.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +184,41 @@ static void check_ep(pscom_socket_t *sock, const char *want)
     pscom_socket_free_ep_str(ep);
 }
 
+static const int bad_ports[] = {65536, 103888, -2, -5, INT_MIN, INT_MAX};
+#define NBAD_PORTS ((int)(sizeof(bad_ports) / sizeof(bad_ports[0])))
+
+/* port numbers out of range: refused (spec 1.3: other failures give
+ * STDERROR with errno set), nothing bound, the socket as it was */
+static void listen_bad_ports(pscom_socket_t *s, int port)
+{
+    tu_capture_begin();
+    for (int i = 0; i < NBAD_PORTS; i++) {
+        errno = 0;
+        TU_ASSERT_ERR(pscom_listen(s, bad_ports[i]), PSCOM_ERR_STDERROR);
+        TU_ASSERT_EQ(errno, EINVAL);
+        TU_ASSERT_EQ(s->listen_portno, port);
+        TU_ASSERT_EQ(s->local_con_info.tcp.portno, port);
+    }
+    free(tu_capture_end());
+}
+
+static void check_listen_range(void)
+{
+    pscom_socket_t *s = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, PSCOM_SOCK_FLAG_INTER_JOB);
+    TU_ASSERT_NOT_NULL(s);
+    listen_bad_ports(s, -1);
+    char *ep = NULL;
+    errno    = 0;
+    TU_ASSERT_ERR(pscom_socket_get_ep_str(s, &ep), PSCOM_ERR_STDERROR);
+    TU_ASSERT_EQ(errno, EINVAL);
+    TU_ASSERT_OK(pscom_listen(s, PSCOM_ANYPORT));
+    int port = s->listen_portno;
+    listen_bad_ports(s, port); /* active */
+    pscom_stop_listen(s);
+    listen_bad_ports(s, port); /* inactive: a new port could be bound */
+    pscom_close_socket(s);
+}
+
 /* ---------------- multi-process part ---------------- */
 
 static pscom_connection_t *accepted[8];
@@ -217,6 +256,7 @@ static int server(tu_ctx_t *ctx)
 {
     check_request_defaults();
     check_open_socket_rules();
+    check_listen_range();
 
     pscom_socket_t *sock = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
     TU_ASSERT_NOT_NULL(sock);
