@@ -197,6 +197,20 @@ static void listen_close(pscom_sock_t *sock)
     sock->listen_ufd.fd = -1;
 }
 
+/* fd 0, handed to us listening (inetd style), is likely blocking; the
+ * handler accepts until EAGAIN and would block in accept() */
+static int listen_fd0(void)
+{
+    int fl = fcntl(0, F_GETFL);
+    if (fl < 0 || fcntl(0, F_SETFL, fl | O_NONBLOCK) < 0) {
+        plog_err("listen on fd 0: fcntl(O_NONBLOCK) failed: %m");
+        return -1;
+    }
+    int fdfl = fcntl(0, F_GETFD);
+    if (fdfl >= 0) fcntl(0, F_SETFD, fdfl | FD_CLOEXEC);
+    return 0;
+}
+
 static pscom_err_t listen_open(pscom_sock_t *sock, int portno)
 {
     int fd;
@@ -233,7 +247,7 @@ static pscom_err_t listen_open(pscom_sock_t *sock, int portno)
     }
     struct sockaddr_in sa;
     socklen_t len = sizeof(sa);
-    if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || (fd == 0 && listen_fd0() < 0)) {
         int e = errno;
         if (fd) close(fd);
         errno = e;

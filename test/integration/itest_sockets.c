@@ -29,6 +29,10 @@
  *  - pscom_close_socket on a client completes its still-posted any-source
  *    receive with ERROR; the server gets con_error(OP_READ, ERR_EOF) per
  *    client; the server's pscom_close_socket does the same for its own.
+ * "listen_fd0" (1 client): pscom_listen(PSCOM_LISTEN_FD0) on a blocking
+ * listening socket at fd 0 (inetd style) makes it non-blocking and
+ * close-on-exec; a client connects and echoes (a blocking fd 0 hung the
+ * listener in accept()).
  * Closing while a peer connects (2 clients; client 1 does not answer the
  * server's EOF until client 2 is done, through a pipe between the two):
  *  - "close_accept": client 2 connects (pscom, DIRECT) while the server is
@@ -44,7 +48,9 @@
 #include "pscom_testutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,6 +379,37 @@ static int client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---------------- listen on fd 0 ---------------- */
+
+static int fd0_server(tu_ctx_t *ctx)
+{
+    int port;
+    int lfd = tu_tcp_socket(INADDR_ANY, 8, &port); /* blocking, as inetd hands it over */
+    TU_ASSERT_EQ(dup2(lfd, 0), 0);
+    close(lfd);
+    TU_ASSERT_EQ(fcntl(0, F_GETFL) & O_NONBLOCK, 0);
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    TU_ASSERT_OK(pscom_listen(sock, PSCOM_LISTEN_FD0));
+    TU_ASSERT_EQ(sock->listen_portno, port);
+    TU_ASSERT_EQ(sock->local_con_info.tcp.portno, port);
+    TU_ASSERT(fcntl(0, F_GETFL) & O_NONBLOCK);
+    TU_ASSERT(fcntl(0, F_GETFD) & FD_CLOEXEC);
+    /* tu_server_listen's pscom_listen(ANYPORT) keeps the fd 0 listener */
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    TU_ASSERT_EQ(sock->listen_portno, port);
+    tu_echo_server(con, 7);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int fd0_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_echo_client(tu_client_connect(ctx, sock), 7);
+    pscom_close_socket(sock);
+    return 0;
+}
+
 /* ---------------- closing while a peer connects ---------------- */
 
 static int relay[2]; /* client 2 -> client 1: "done, answer the server now" */
@@ -496,6 +533,7 @@ static void close_timeout_env(const tu_ctx_t *ctx)
 int main(void)
 {
     int rc = tu_run("sockets", NCLIENTS, server, client, NULL);
+    rc |= tu_run("listen_fd0", 1, fd0_server, fd0_client, NULL);
     if (pipe(relay) < 0) return 1;
     tu_opts_t opts = {.before_init = close_accept_env, .timeout = 30};
     rc |= tu_run("close_accept", 2, close_server, close_accept_client, &opts);
