@@ -211,40 +211,48 @@ static int listen_fd0(void)
     return 0;
 }
 
+/* A new listening socket on portno (PSCOM_ANYPORT: the kernel's choice);
+ * -1 with errno on failure. */
+static int listen_bind(int portno)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    sa.sin_port           = htons((uint16_t)(portno == PSCOM_ANYPORT ? 0 : portno));
+    while (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        if (errno == EADDRINUSE && portno == PSCOM_ANYPORT) {
+            plog_warn("listen: no free port, retrying in 1 s");
+            sleep(1);
+            continue;
+        }
+        int e = errno;
+        plog_err("bind(port %d) failed: %m", portno);
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    unsigned backlog = pscom_config.tcp_backlog;
+    if (backlog > 0x7fffffff) backlog = 0x7fffffff;
+    if (listen(fd, (int)backlog) < 0) {
+        int e = errno;
+        plog_err("listen(port %d) failed: %m", portno);
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* The socket's listener becomes a new one for portno. The old one (there
+ * is one only if it is inactive) is closed only once the new one is there:
+ * a failed pscom_listen leaves the socket as it was, its port, endpoint
+ * string and pscom_resume_listen still working. */
 static pscom_err_t listen_open(pscom_sock_t *sock, int portno)
 {
-    int fd;
-    if (portno == PSCOM_LISTEN_FD0) {
-        fd = 0;
-    } else {
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) return PSCOM_ERR_STDERROR;
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
-        sa.sin_port           = htons((uint16_t)(portno == PSCOM_ANYPORT ? 0 : portno));
-        while (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-            if (errno == EADDRINUSE && portno == PSCOM_ANYPORT) {
-                plog_warn("listen: no free port, retrying in 1 s");
-                sleep(1);
-                continue;
-            }
-            int e = errno;
-            plog_err("bind(port %d) failed: %m", portno);
-            close(fd);
-            errno = e;
-            return PSCOM_ERR_STDERROR;
-        }
-        unsigned backlog = pscom_config.tcp_backlog;
-        if (backlog > 0x7fffffff) backlog = 0x7fffffff;
-        if (listen(fd, (int)backlog) < 0) {
-            int e = errno;
-            plog_err("listen(port %d) failed: %m", portno);
-            close(fd);
-            errno = e;
-            return PSCOM_ERR_STDERROR;
-        }
-    }
+    int fd = portno == PSCOM_LISTEN_FD0 ? 0 : listen_bind(portno);
+    if (fd < 0) return PSCOM_ERR_STDERROR;
     struct sockaddr_in sa;
     socklen_t len = sizeof(sa);
     if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || (fd == 0 && listen_fd0() < 0)) {
@@ -253,6 +261,7 @@ static pscom_err_t listen_open(pscom_sock_t *sock, int portno)
         errno = e;
         return PSCOM_ERR_STDERROR;
     }
+    if (sock->listen_ufd.fd != fd) listen_close(sock); /* fd 0 again: the same listener */
     reserve_open();
     sock->listen_ufd.fd              = fd;
     sock->listen_ufd.events          = EPOLLIN;
@@ -290,7 +299,6 @@ PSCOM_API pscom_err_t pscom_listen(pscom_socket_t *socket, int portno)
             res = PSCOM_ERR_ALREADY;
             goto out;
         }
-        listen_close(sock);
     }
     res = listen_open(sock, portno);
     if (res == PSCOM_SUCCESS) listen_activate(sock);

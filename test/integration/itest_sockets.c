@@ -22,6 +22,9 @@
  *  - pscom_listen with a port outside 0..65535 other than PSCOM_ANYPORT
  *    (-1) gives PSCOM_ERR_STDERROR, errno EINVAL, and changes nothing,
  *    whether the socket listens or not;
+ *  - a re-listen of a stopped socket on a port that is busy fails
+ *    (EADDRINUSE) and keeps the old listener: port, endpoint string, and
+ *    after pscom_resume_listen a TCP connect to it works.
  * With 3 clients (one of them connects with "localhost:PORT@name"):
  *  - con_accept runs once per client, on exactly the connections that
  *    pscom_get_next_connection lists; remote_con_info carries the peer's
@@ -190,6 +193,35 @@ static void check_ep(pscom_socket_t *sock, const char *want)
     pscom_socket_free_ep_str(ep);
 }
 
+/* a re-listen that fails keeps the old listener */
+static void check_relisten_busy(void)
+{
+    pscom_socket_t *s = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, PSCOM_SOCK_FLAG_INTER_JOB);
+    TU_ASSERT_NOT_NULL(s);
+    TU_ASSERT_OK(pscom_listen(s, PSCOM_ANYPORT));
+    int port   = s->listen_portno;
+    char *want = expected_ep(s);
+    int busy;
+    int bfd = tu_tcp_socket(INADDR_ANY, 1, &busy);
+    pscom_stop_listen(s);
+    tu_capture_begin();
+    errno = 0;
+    TU_ASSERT_ERR(pscom_listen(s, busy), PSCOM_ERR_STDERROR);
+    int err = errno;
+    free(tu_capture_end());
+    TU_ASSERT_EQ(err, EADDRINUSE);
+    TU_ASSERT_EQ(s->listen_portno, port);
+    TU_ASSERT_EQ(pscom_get_portno(s), port);
+    TU_ASSERT_EQ(s->local_con_info.tcp.portno, port);
+    check_ep(s, want);
+    pscom_resume_listen(s);
+    tu_step("TCP connect to the old listener after a failed re-listen");
+    close(tu_tcp_connect(port)); /* refused if the old listener was closed */
+    close(bfd);
+    pscom_close_socket(s);
+    free(want);
+}
+
 static const int bad_ports[] = {65536, 103888, -2, -5, INT_MIN, INT_MAX};
 #define NBAD_PORTS ((int)(sizeof(bad_ports) / sizeof(bad_ports[0])))
 
@@ -263,6 +295,7 @@ static int server(tu_ctx_t *ctx)
     check_request_defaults();
     check_open_socket_rules();
     check_listen_range();
+    check_relisten_busy();
 
     pscom_socket_t *sock = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
     TU_ASSERT_NOT_NULL(sock);
