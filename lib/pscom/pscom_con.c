@@ -33,6 +33,7 @@
 
 pscom_con_t *pscom_con_create(pscom_sock_t *sock)
 {
+    /* cannot wrap: pscom_open_socket refused such a connection_userdata_size */
     size_t size      = sizeof(pscom_con_t) + sock->pub.connection_userdata_size;
     pscom_con_t *con = calloc(1, size);
     if (!con) return NULL;

@@ -391,6 +391,14 @@ PSCOM_API pscom_socket_t *pscom_open_socket(size_t userdata_size, size_t connect
         goto out;
     }
     pscom_plugins_init();
+    if (userdata_size > SIZE_MAX - sizeof(*sock) ||
+        connection_userdata_size > SIZE_MAX - sizeof(pscom_con_t)) {
+        /* the size of the socket or of each connection would wrap */
+        plog_err("pscom_open_socket: userdata_size %zu / connection_userdata_size %zu too large",
+                 userdata_size, connection_userdata_size);
+        errno = ENOMEM;
+        goto out;
+    }
     sock = calloc(1, sizeof(*sock) + userdata_size);
     if (!sock) goto out;
     sock->magic = PSCOM_SOCK_MAGIC;

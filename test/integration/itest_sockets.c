@@ -8,7 +8,9 @@
  *    connection/socket/ops cleared, user_size set, user just past the
  *    xheader area (and writable);
  *  - pscom_open_socket: no flag or both flags -> NULL, EINVAL and one
- *    error line that names the rule; a second INTRA_JOB
+ *    error line that names the rule; a userdata_size or
+ *    connection_userdata_size whose allocation would wrap (SIZE_MAX - 40)
+ *    -> NULL, ENOMEM; a second INTRA_JOB
  *    socket -> NULL; defaults: not listening (-1), ops NULL, rank,
  *    userdata sizes, name "p<pid>" (8 bytes max); set_name truncates to
  *    8; connection userdata size; con-type mask all/only/add/del/is_set/
@@ -54,6 +56,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +116,18 @@ static void check_open_socket_rules(void)
     TU_ASSERT_EQ(tu_count(said, "exactly one of PSCOM_SOCK_FLAG_INTRA_JOB and "
                                 "PSCOM_SOCK_FLAG_INTER_JOB must be set"), 2);
     free(said);
+    /* userdata sizes whose allocation would wrap: NULL (spec 5.10) */
+    tu_capture_begin();
+    static const size_t huge[] = {SIZE_MAX, SIZE_MAX - 40};
+    for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+        errno = 0;
+        TU_ASSERT_NULL(pscom_open_socket(huge[i], 0, 0, PSCOM_SOCK_FLAG_INTER_JOB));
+        TU_ASSERT_EQ(errno, ENOMEM);
+        errno = 0;
+        TU_ASSERT_NULL(pscom_open_socket(0, huge[i], 0, PSCOM_SOCK_FLAG_INTER_JOB));
+        TU_ASSERT_EQ(errno, ENOMEM);
+    }
+    free(tu_capture_end());
     pscom_socket_t *intra = pscom_open_socket(0, 0, 3, PSCOM_SOCK_FLAG_INTRA_JOB);
     TU_ASSERT_NOT_NULL(intra);
     TU_ASSERT_NULL(pscom_open_socket(0, 0, 3, PSCOM_SOCK_FLAG_INTRA_JOB));
