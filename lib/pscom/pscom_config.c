@@ -5,6 +5,7 @@
 #include "pscom_config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "pscom_log.h"
 
@@ -158,4 +159,9 @@ void pscom_config_init(void)
     }
     pscom_env_clamp_sockbuf("PSP_PRECON_TCP_SO_SNDBUF", &pscom_config.precon_tcp_so_sndbuf);
     pscom_env_clamp_sockbuf("PSP_PRECON_TCP_SO_RCVBUF", &pscom_config.precon_tcp_so_rcvbuf);
+    if (strcmp(pscom_config.precon_type, "tcp") != 0) { /* rrcomm or a typo */
+        plog_err("PSP_PRECON_TYPE=%s: unknown or not available here (only tcp); using tcp",
+                 pscom_config.precon_type);
+        pscom_config.precon_type = (char *)"tcp";
+    }
 }

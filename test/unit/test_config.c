@@ -143,6 +143,29 @@ static void test_config_param_echo(void **state)
     free(out);
 }
 
+/* environment.md: an unknown handshake type is an error, tcp is used */
+static void test_config_precon_type_unknown(void **state)
+{
+    capture_t cap;
+    char *out;
+
+    setenv("PSP_PRECON_TYPE", "bogus", 1);
+    capture_stderr_begin(&cap);
+    pscom_config_init();
+    out = capture_stderr_end(&cap);
+    assert_string_equal(pscom_config.precon_type, "tcp");
+    assert_non_null(strstr(out, "PSP_PRECON_TYPE=bogus: unknown or not available here "
+                                "(only tcp); using tcp>"));
+    free(out);
+
+    setenv("PSP_PRECON_TYPE", "tcp", 1);
+    capture_stderr_begin(&cap);
+    pscom_config_init();
+    out = capture_stderr_end(&cap);
+    assert_null(strstr(out, "PSP_PRECON_TYPE"));
+    free(out);
+}
+
 static void test_config_print(void **state)
 {
     char *out;
@@ -177,6 +200,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_config_readahead_clamped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_debug_out_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_param_echo, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_config_precon_type_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_print, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
