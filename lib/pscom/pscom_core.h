@@ -45,13 +45,26 @@ static inline void pscom_lock(void)
     if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
 }
 
-/* Run the queued io_done callbacks (lock held; they run without it). */
+/* Run the queued io_done callbacks (lock held; they run without it).
+ * pscom_req_run_io_done() leaves them to the calls below it when io_done
+ * callbacks nest deeper than a few levels (pscom_req.c, IO_DONE_NEST_MAX);
+ * pscom_req_run_io_done_all() runs them at any depth: for the calls that
+ * make progress on purpose (waits, pscom_test_any), whose caller may wait
+ * for one of them. */
 void pscom_req_run_io_done(void);
+void pscom_req_run_io_done_all(void);
 
 /* Release the lock and run the queued io_done callbacks (without the lock). */
 static inline void pscom_unlock(void)
 {
     if (pscom_unlikely(!pscom_list_empty(&pscom.io_doneq))) pscom_req_run_io_done();
+    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+}
+
+/* The same at the end of a call that makes progress on purpose. */
+static inline void pscom_unlock_progress(void)
+{
+    if (pscom_unlikely(!pscom_list_empty(&pscom.io_doneq))) pscom_req_run_io_done_all();
     if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
 }
 

@@ -169,7 +169,7 @@ PSCOM_API int pscom_test_any(void)
     uint64_t before = pscom.progress_counter;
     pscom_progress(0);
     int res = pscom.progress_counter != before || !pscom_list_empty(&pscom.io_doneq);
-    pscom_unlock();
+    pscom_unlock_progress();
     return res;
 }
 
@@ -189,7 +189,7 @@ PSCOM_API void pscom_wait_any(void)
         pscom_wait_until(progressed, &now);
     }
     wait_any_counter = pscom.progress_counter;
-    pscom_unlock();
+    pscom_unlock_progress();
 }
 
 /* ---- cancel ------------------------------------------------------------------ */

@@ -499,7 +499,7 @@ static void wait_passes(int (*done)(void *arg), void *arg)
     for (;;) {
         uint64_t before = pscom.progress_counter;
         pscom_progress(0);
-        if (!pscom_list_empty(&pscom.io_doneq)) pscom_req_run_io_done();
+        if (!pscom_list_empty(&pscom.io_doneq)) pscom_req_run_io_done_all();
         /* One branch leaves the idle passes when something happened: done()
          * is asked only then (usually yes: a branch the CPU predicts). */
         if (pscom.progress_counter != before) {
@@ -540,7 +540,7 @@ static void wait_passes(int (*done)(void *arg), void *arg)
         if (pollers_active) pollers_sleep();
         pscom_progress(pollers_active ? 1 : SLEEP_MAX_MS);
         if (!pscom_list_empty(&pollers_asleep)) pollers_wake();
-        if (!pscom_list_empty(&pscom.io_doneq)) pscom_req_run_io_done();
+        if (!pscom_list_empty(&pscom.io_doneq)) pscom_req_run_io_done_all();
         if (done(arg)) return;
     }
 }

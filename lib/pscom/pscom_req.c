@@ -90,9 +90,27 @@ static void run_serial(void)
     serial_running = 0;
 }
 
+/* io_done callbacks that call pscom (an io_done that re-posts its request
+ * onto a backlog of unexpected messages, say) drain the queue nested, one
+ * level per request: 200,000 unexpected messages overflowed the stack
+ * (2026-11-29). Deeper than IO_DONE_NEST_MAX levels in a thread,
+ * pscom_req_run_io_done() leaves the queue to the loops of the levels
+ * below, which drain it once the callback returns; the calls that make
+ * progress on purpose (pscom_req_run_io_done_all: the waits,
+ * pscom_test_any, pscom_wait_any) drain it at any depth, as their caller
+ * may be waiting for one of these callbacks. */
+#define IO_DONE_NEST_MAX 16
+static __thread unsigned io_done_depth;
+
 /* Called with the lock held; returns with it held. io_done runs unlocked. */
 void pscom_req_run_io_done(void)
 {
+    if (io_done_depth < IO_DONE_NEST_MAX) pscom_req_run_io_done_all();
+}
+
+void pscom_req_run_io_done_all(void)
+{
+    io_done_depth++;
     while (!pscom_list_empty(&pscom.io_doneq)) {
         pscom_list_t *pos = pscom.io_doneq.next;
         pscom_req_t *req  = pscom_list_entry(pos, pscom_req_t, next);
@@ -104,6 +122,7 @@ void pscom_req_run_io_done(void)
         }
         run_io_done(req);
     }
+    io_done_depth--;
 }
 
 PSCOM_API pscom_request_t *pscom_request_create(size_t max_xheader_len, size_t user_size)

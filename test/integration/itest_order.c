@@ -6,6 +6,12 @@
  * pscom_send_inplace are interleaved: they share one FIFO send queue.
  * Receives are posted through a sliding window of 16 requests, so some
  * messages hit posted receives and others arrive unexpected.
+ *
+ * Second scenario (order_repost): 20,000 messages wait unexpected at the
+ * server; then one receive whose io_done re-posts it takes them all, in
+ * order, and the callbacks nest at most a few levels deep (each re-post
+ * completed at once and ran the next io_done inside it: 200,000 such
+ * messages overflowed the stack until 2026-11-29).
  */
 #include "pscom_testutil.h"
 
@@ -124,7 +130,61 @@ static int client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- order_repost ------------------------------------------------------------ */
+
+#define NBACKLOG       20000
+#define REPOST_MAXDEPTH 64
+
+static uint32_t repost_got, repost_bad, repost_depth, repost_maxdepth;
+
+static void repost_done(pscom_request_t *req)
+{
+    if (++repost_depth > repost_maxdepth) repost_maxdepth = repost_depth;
+    xh_t xh;
+    memcpy(&xh, (const void *)&req->xheader, sizeof(xh));
+    if (!pscom_req_successful(req) || xh.tag != TAG_SEQ || xh.seq != repost_got) repost_bad++;
+    if (++repost_got < NBACKLOG) pscom_post_recv(req);
+    repost_depth--;
+}
+
+static int repost_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    /* all sent: most of them are here, unexpected */
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 1);
+    pscom_request_t *req = pscom_request_create(sizeof(xh_t), 0);
+    TU_ASSERT_NOT_NULL(req);
+    req->connection  = con;
+    req->xheader_len = sizeof(xh_t);
+    req->ops.io_done = repost_done;
+    pscom_post_recv(req);
+    while (repost_got < NBACKLOG) pscom_wait_any();
+    TU_ASSERT_EQ(repost_bad, 0);
+    TU_ASSERT_MSG(repost_maxdepth <= REPOST_MAXDEPTH,
+                  "io_done callbacks nested %u levels deep (a level per message)",
+                  repost_maxdepth);
+    pscom_request_free(req);
+    tu_signal(ctx, 1, 2);
+    return 0;
+}
+
+static int repost_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    for (uint32_t s = 0; s < NBACKLOG; s++) {
+        xh_t xh = {TAG_SEQ, s, 0};
+        pscom_send(con, &xh, sizeof(xh), NULL, 0);
+    }
+    pscom_flush(con);
+    tu_signal(ctx, TU_SERVER, 1);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 2);
+    return 0;
+}
+
 int main(void)
 {
-    return tu_run("order", 1, server, client, NULL);
+    if (tu_run("order", 1, server, client, NULL)) return 1;
+    return tu_run("order_repost", 1, repost_server, repost_client, NULL);
 }
