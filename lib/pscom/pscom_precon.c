@@ -202,6 +202,21 @@ void pscom_precon_abort(pscom_precon_t *pre)
     precon_fail(pre, PSCOM_ERR_EOF, ECONNABORTED);
 }
 
+/* Retries left after a failed attempt, the next back-off being delay ms?
+ * At least PSP_RETRY of them. A refusal (nobody listens yet, no waiting
+ * on-demand connection yet) moreover as long as the back-off stays within
+ * PSP_RETRY seconds in all: the established library makes its PSP_RETRY
+ * attempts 1 s apart, so a peer that starts a few seconds late still gets
+ * connected; our back-off starts at 1 ms and reaches 1 s only after ten
+ * retries (until 2026-11-29 the ten retries were all, about 1 s). An
+ * attempt that timed out took its time already: PSP_RETRY retries. */
+static int retries_left(const pscom_precon_t *pre, int errnum, unsigned delay)
+{
+    if (pre->attempt <= pscom_config.retry) return 1;
+    return errnum != ETIMEDOUT &&
+           (uint64_t)pre->backoff_ms + delay <= (uint64_t)pscom_config.retry * 1000u;
+}
+
 /* Connect side: the current attempt failed. Retry after a back-off if the
  * failure is transient and retries are left, else fail for good with a
  * message naming the limit. */
@@ -220,8 +235,9 @@ void precon_attempt_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, 
         precon_finish_quietly(pre);
         return;
     }
-    if (retryable && pre->attempt <= pscom_config.retry) {
-        unsigned delay = pscom_tcp_retry_delay_ms(pre->attempt + 1);
+    unsigned delay = pscom_tcp_retry_delay_ms(pre->attempt + 1);
+    if (retryable && retries_left(pre, errnum, delay)) {
+        pre->backoff_ms += delay;
         plog_dbg("%s: attempt %u to %s failed (%s: %s); retrying in %u ms", pscom_con_name(pre->con),
                  pre->attempt, target_str(pre, tgt, sizeof(tgt)), what, strerror(errnum), delay);
         pre->phase = PHASE_RETRY_WAIT;
@@ -239,9 +255,11 @@ void precon_attempt_failed(pscom_precon_t *pre, int retryable, pscom_err_t err, 
                      pre->attempt,
                      pre->attempt == 1 ? "" : "s", pscom_config.retry);
         } else {
-            plog_err("%s: connect to %s failed after %u attempt%s (PSP_RETRY=%u): %s: %s",
+            plog_err("%s: connect to %s failed after %u attempt%s in %u ms of back-off "
+                     "(PSP_RETRY=%u: retries for %u s): %s: %s",
                      pscom_con_name(pre->con), target_str(pre, tgt, sizeof(tgt)), pre->attempt,
-                     pre->attempt == 1 ? "" : "s", pscom_config.retry, what, strerror(errnum));
+                     pre->attempt == 1 ? "" : "s", pre->backoff_ms, pscom_config.retry,
+                     pscom_config.retry, what, strerror(errnum));
         }
     }
     precon_fail(pre, err, errnum);

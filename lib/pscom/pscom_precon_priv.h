@@ -66,6 +66,7 @@ struct pscom_precon {
     uint32_t addr;
     int port;
     unsigned attempt;                     /* attempts started (1 = the first) */
+    unsigned backoff_ms;                  /* back-off waited between attempts so far */
     int ever_answered;                    /* some attempt got the peer's HELLO */
     int *direct_err;                      /* see pscom_precon_connect_to() */
     int last_err;                         /* errno of the last failed attempt */

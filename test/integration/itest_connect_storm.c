@@ -4,12 +4,17 @@
  * PSP_TCP_BACKLOG, PSP_PRECON_TCP_RECONNECT_TIMEOUT,
  * PSP_PRECON_TCP_CONNECT_STALLED_MAX).
  *
- * "refused": DIRECT to a port nobody listens on (PSP_RETRY=5) fails with
- *   PSCOM_ERR_STDERROR/ECONNREFUSED after 6 attempts, no sooner than the
- *   back-off sum (1+2+4+8+16 ms), with an error naming PSP_RETRY. On
- *   demand, the first send returns at once with the request still pending
- *   (the connect runs in the progress engine), then fails with ERROR and
+ * "refused": DIRECT to a port nobody listens on (PSP_RETRY=1) fails with
+ *   PSCOM_ERR_STDERROR/ECONNREFUSED once the back-off (1 ms doubling) has
+ *   used up its second (1+2+...+256 ms and more: the established library's
+ *   retries are 1 s apart), with an error naming PSP_RETRY. On demand, the
+ *   first send returns at once with the request still pending (the connect
+ *   runs in the progress engine), then fails with ERROR and
  *   con_error(WRITE).
+ * "late": the listener comes 1.5 s after a DIRECT connect started
+ *   (PSP_RETRY=3): the connect succeeds (until 2026-11-29 the retries were
+ *   over after about 1 s whatever PSP_RETRY said, and a peer that started
+ *   late was refused for good).
  * "stall": DIRECT to a raw listener that never accepts: every attempt
  *   stalls (PSP_PRECON_TCP_RECONNECT_TIMEOUT=30 x CONNECT_STALLED_MAX=2)
  *   and is restarted; after PSP_RETRY=2 retries pscom_connect fails with
@@ -71,8 +76,9 @@ static int refused(tu_ctx_t *ctx)
     TU_ASSERT_EQ(errno, ECONNREFUSED);
     double dt = tu_now_ms() - t0;
     char *log = tu_capture_end();
-    TU_ASSERT_MSG(dt >= 31.0, "6 attempts took %.1f ms, less than the back-off (31 ms)", dt);
-    TU_ASSERT_MSG(strstr(log, "6 attempts (PSP_RETRY=5)") && strstr(log, "Connection refused"),
+    TU_ASSERT_MSG(dt >= 511.0, "the retries took %.1f ms, less than the back-off (511 ms)", dt);
+    TU_ASSERT_MSG(strstr(log, "(PSP_RETRY=1: retries for 1 s)") &&
+                      strstr(log, "Connection refused"),
                   "no error naming the limit");
     free(log);
     TU_ASSERT_EQ(errors, 1);
@@ -93,6 +99,49 @@ static int refused(tu_ctx_t *ctx)
     TU_ASSERT_EQ(err_op, PSCOM_OP_WRITE);
     pscom_close_connection(c);
     close(dead);
+    pscom_close_socket(s);
+    return 0;
+}
+
+/* ---- late --------------------------------------------------------------------- */
+
+#define LATE_MS 1500.0
+
+/* the server listens only LATE_MS after the client's DIRECT connect began */
+static int late_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    pscom_socket_set_name(s, "late");
+    int port;
+    int dead = tu_tcp_socket(INADDR_LOOPBACK, 0, &port); /* bound, not listening: refused */
+    tu_signal(ctx, 1, (uint32_t)port);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1); /* connecting */
+    double t0 = tu_now_ms();
+    while (tu_now_ms() - t0 < LATE_MS) { /* the lateness under test, not a synchronisation */
+    }
+    close(dead);
+    TU_ASSERT_OK(pscom_listen(s, port));
+    while (!pscom_get_next_connection(s, NULL)) pscom_wait_any();
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 2); /* connected */
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int late_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    s->ops.con_error  = on_error;
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%u@late", tu_wait_signal(ctx, TU_SERVER));
+    pscom_connection_t *c = pscom_open_connection(s);
+    tu_signal(ctx, TU_SERVER, 1);
+    double t0 = tu_now_ms();
+    TU_ASSERT_OK(pscom_connect(c, ep, 0, PSCOM_CON_FLAG_DIRECT));
+    double dt = tu_now_ms() - t0;
+    TU_ASSERT_MSG(dt >= LATE_MS, "connected after %.0f ms, before the listener came", dt);
+    TU_ASSERT_EQ(errors, 0);
+    tu_signal(ctx, TU_SERVER, 2);
+    pscom_close_connection(c);
     pscom_close_socket(s);
     return 0;
 }
@@ -322,8 +371,10 @@ int main(void)
      * test entries of its own that set PSP_UCP=1 (test/integration/CMakeLists.txt) */
     setenv("PSP_UCP", "0", 0);
     int rc = 0;
-    setenv("PSP_RETRY", "5", 1);
+    setenv("PSP_RETRY", "1", 1);
     rc |= tu_run("storm_refused", 0, refused, NULL, NULL);
+    setenv("PSP_RETRY", "3", 1);
+    rc |= tu_run("storm_late", 1, late_server, late_client, NULL);
 
     setenv("PSP_RETRY", "2", 1);
     setenv("PSP_PRECON_TCP_RECONNECT_TIMEOUT", "30", 1);
