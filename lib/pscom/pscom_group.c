@@ -47,6 +47,14 @@ static struct pscom_sock_coll *coll_of(pscom_sock_t *sock)
 /* ---- matching of collective messages ---------------------------------------- */
 
 /* key: message type, connection, group id and root (bcast) or round (barrier) */
+/* A collective message kept for a later coll_recv arrived whole, or its
+ * connection failed (ERROR): done, and still in the unexpected queue. */
+static void coll_gen_done(pscom_req_t *gen)
+{
+    pscom_req_state_add(&gen->pub, PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE);
+    pscom.progress_counter++;
+}
+
 static int same_key(pscom_req_t *a, uint8_t type, pscom_connection_t *con,
                     const pscom_xheader_bcast_t *x)
 {
@@ -85,8 +93,12 @@ int pscom_group_recv(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **req
     gen->pub.connection  = &con->pub;
     gen->pub.data        = gen->pub.user;
     gen->pub.data_len    = hn->data_len;
-    pscom_req_state_set(&gen->pub, PSCOM_REQ_STATE_GRECV_REQUEST);
-    gen->on_done         = NULL;
+    /* not GRECV_REQUEST: a user message's generated request is freed when
+     * its connection fails in the middle, and coll_recv may be waiting
+     * for this one (it gets it with ERROR, through on_done, and stays
+     * queued) */
+    pscom_req_state_set(&gen->pub, PSCOM_REQ_STATE_RECV_REQUEST);
+    gen->on_done         = coll_gen_done;
     pscom_list_add_tail(&gen->next, &c->unexp);
     pscom_req_state_add(&gen->pub, PSCOM_REQ_STATE_IO_STARTED);
     *reqp = gen;
@@ -119,6 +131,9 @@ static int coll_recv(pscom_sock_t *sock, uint8_t type, pscom_connection_t *con,
         break;
     }
     if (!req) {
+        /* nothing more comes from a connection that failed (its receives
+         * waiting then were failed, pscom_group_fail_con) */
+        if (!pscom_con_readable(pscom_con_from_pub(con))) return -1;
         req = pscom_req_create(full_xlen, 0);
         if (!req) return -1;
         req->pub.header.msg_type = type;
