@@ -305,6 +305,7 @@ PSCOM_API void pscom_post_bcast(pscom_request_t *request)
     pscom_api_check(request->socket, "a broadcast names its socket");
     pscom_group_t *g = pscom_group_find(request->socket, request->xheader.bcast.group_id);
     pscom_api_check(g, "the group of xheader.bcast exists");
+    pscom_api_check(request->xheader.bcast.bcast_root < g->size, "a root within the group");
     size_t hdr       = sizeof(pscom_xheader_bcast_t);
     size_t user_xlen = request->xheader_len > hdr ? request->xheader_len - hdr : 0;
     pscom_lock();

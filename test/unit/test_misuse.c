@@ -123,6 +123,17 @@ static void bcast_root_outside(void)
     pscom_bcast(group_of_self(8), 1, NULL, 0, buf, sizeof(buf));
 }
 
+static void post_bcast_root_outside(void)
+{
+    group_of_self(9);
+    pscom_request_t *r          = pscom_request_create(sizeof(pscom_xheader_bcast_t), 0);
+    r->socket                   = sock;
+    r->xheader.bcast.group_id   = 9;
+    r->xheader.bcast.bcast_root = 1;
+    r->xheader_len              = sizeof(pscom_xheader_bcast_t);
+    pscom_post_bcast(r);
+}
+
 static void post_bcast_without_socket(void)
 {
     pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_bcast_t), 0);
@@ -185,6 +196,7 @@ static void test_misuse_aborts(void **state)
     expect_abort(group_id_twice, "pscom_group_open", "a group id unique on the socket");
     expect_abort(bcast_root_outside, "pscom_bcast", "a root within the group");
     expect_abort(post_bcast_without_socket, "pscom_post_bcast", "a broadcast names its socket");
+    expect_abort(post_bcast_root_outside, "pscom_post_bcast", "a root within the group");
 }
 
 static void test_prepare_never_overflows(void **state)
