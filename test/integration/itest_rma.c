@@ -1051,44 +1051,50 @@ static void on_con_error_any(pscom_connection_t *con, pscom_op_t op, pscom_err_t
     on_con_error(con, op, err);
 }
 
-/* put_death: the server is the target, the client the origin that dies */
-static int put_death_server(tu_ctx_t *ctx)
+/* put_death, get_origin_death: the server is the target of op, the client
+ * the origin that dies (the put's data or the get's answer under way) */
+static int origin_death_server(tu_ctx_t *ctx, pscom_rma_op_t op)
 {
-    pscom_socket_t *sock  = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error   = on_con_error_any;
-    g_con = tu_server_accept_one(ctx, sock);
-    g_win = tu_malloc(DEATH_LEN);
-    memset(g_win, 0, DEATH_LEN);
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = on_con_error_any;
+    g_con                = tu_server_accept_one(ctx, sock);
+    g_win                = tu_malloc(DEATH_LEN);
+    memset(g_win, op == PSCOM_RMA_PUT ? 0 : 0x33, DEATH_LEN);
     pscom_memh_t memh;
     TU_ASSERT_OK(pscom_mem_register(sock, g_win, DEATH_LEN, &memh));
-    pscom_register_rma_callbacks(cb_put, memh, PSCOM_RMA_PUT);
+    pscom_register_rma_callbacks(op == PSCOM_RMA_PUT ? cb_put : cb_get, memh, op);
     void *rb;
     size_t rl;
     TU_ASSERT_OK(pscom_rkey_buffer_pack(&rb, &rl, memh));
     send_ctl(g_con, TAG_RKEY, 0, (uint64_t)(uintptr_t)g_win, rb, rl);
     pscom_rkey_buffer_release(rb);
 
-    /* 1: the put is posted, its start is in flight; 2: it is complete
-     * already (a transport that wrote it straight into our memory) */
+    /* 1: the operation is posted, under way; 2: it is complete already (a
+     * transport that moved the data straight from or into our memory) */
     uint32_t how = tu_wait_signal(ctx, 1);
     TU_ASSERT(how == 1 || how == 2);
-    for (int i = 0; i < 100; i++) pscom_test_any(); /* take what is there */
+    for (int i = 0; i < 100; i++) pscom_test_any(); /* take what is there, answer */
     kill(ctx->client_pids[1], SIGKILL);
     tu_wait_flag(&g_con_error);
     /* more progress: nothing else may show up */
     for (int i = 0; i < 10; i++) pscom_test_any();
     if (how == 1) {
-        TU_ASSERT_EQ(cb_count[PSCOM_RMA_PUT], 0); /* the put never completed */
+        TU_ASSERT_EQ(cb_count[op], 0); /* the put never completed, the answer never left */
     } else {
-        /* the callback ran (at most once), and only with all the data there */
-        TU_ASSERT_LE(cb_count[PSCOM_RMA_PUT], 1);
-        if (cb_count[PSCOM_RMA_PUT]) TU_ASSERT_BYTES(g_win, DEATH_LEN, 0x77);
+        /* the callback ran (at most once), and a put's only with all the data there */
+        TU_ASSERT_LE(cb_count[op], 1);
+        if (op == PSCOM_RMA_PUT && cb_count[op]) TU_ASSERT_BYTES(g_win, DEATH_LEN, 0x77);
     }
     TU_ASSERT_EQ(g_con_error, 1);
     TU_ASSERT_OK(pscom_mem_deregister(memh));
     pscom_close_connection(g_con);
     free(g_win);
     return 0;
+}
+
+static int put_death_server(tu_ctx_t *ctx)
+{
+    return origin_death_server(ctx, PSCOM_RMA_PUT);
 }
 
 /* The target's packed rkey, sent as TAG_RKEY; its window address in xh. */
@@ -1197,33 +1203,7 @@ static int get_death_client(tu_ctx_t *ctx)
  * reply is sent"; the same rule as put_death's). */
 static int get_origin_death_server(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = on_con_error_any;
-    g_con                = tu_server_accept_one(ctx, sock);
-    g_win                = tu_malloc(DEATH_LEN);
-    memset(g_win, 0x33, DEATH_LEN);
-    pscom_memh_t memh;
-    TU_ASSERT_OK(pscom_mem_register(sock, g_win, DEATH_LEN, &memh));
-    pscom_register_rma_callbacks(cb_get, memh, PSCOM_RMA_GET);
-    void *rb;
-    size_t rl;
-    TU_ASSERT_OK(pscom_rkey_buffer_pack(&rb, &rl, memh));
-    send_ctl(g_con, TAG_RKEY, 0, (uint64_t)(uintptr_t)g_win, rb, rl);
-    pscom_rkey_buffer_release(rb);
-
-    /* 1: the get is posted; 2: the origin read our memory itself already */
-    uint32_t how = tu_wait_signal(ctx, 1);
-    TU_ASSERT(how == 1 || how == 2);
-    for (int i = 0; i < 100; i++) pscom_test_any(); /* take the request, start the answer */
-    kill(ctx->client_pids[1], SIGKILL);
-    tu_wait_flag(&g_con_error);
-    for (int i = 0; i < 10; i++) pscom_test_any();
-    TU_ASSERT_LE(cb_count[PSCOM_RMA_GET], how == 2 ? 1 : 0);
-    TU_ASSERT_EQ(g_con_error, 1);
-    TU_ASSERT_OK(pscom_mem_deregister(memh));
-    pscom_close_connection(g_con);
-    free(g_win);
-    return 0;
+    return origin_death_server(ctx, PSCOM_RMA_GET);
 }
 
 static int get_origin_death_client(tu_ctx_t *ctx)
