@@ -1128,25 +1128,30 @@ static int put_death_client(tu_ctx_t *ctx)
     TU_FAIL("not killed");
 }
 
+/* A get of the whole DEATH_LEN window at addr into dst, posted. */
+static pscom_request_t *post_death_get(pscom_connection_t *con, pscom_rkey_t rkey, uint64_t addr,
+                                       unsigned char *dst)
+{
+    pscom_request_t *r = rma_req(con, rkey, 0);
+    r->rma.origin_addr = dst;
+    r->rma.target_addr = (void *)(uintptr_t)addr;
+    r->data_len        = DEATH_LEN;
+    r->xheader_len     = sizeof(pscom_xheader_rma_get_t);
+    set_head(&r->xheader.rma_get.user.h, PSCOM_RMA_GET, 1, 0, DEATH_LEN, 0, NULL, 0);
+    pscom_post_rma_get(r);
+    return r;
+}
+
 /* get_death: the server is the origin, the client the target that dies */
 static int get_death_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock  = tu_open_socket(ctx, 0, 0);
     sock->ops.con_error   = on_con_error_any;
     pscom_connection_t *con = tu_server_accept_one(ctx, sock);
-    unsigned char rkeybuf[4096];
     ctl_xh_t xh;
-    size_t rl = recv_tag(con, TAG_RKEY, &xh, rkeybuf, sizeof(rkeybuf));
-    pscom_rkey_t rkey;
-    TU_ASSERT_OK(pscom_rkey_generate(con, rkeybuf, rl, &rkey));
+    pscom_rkey_t rkey  = recv_rkey(con, &xh);
     unsigned char *dst = tu_malloc(DEATH_LEN);
-    pscom_request_t *r = rma_req(con, rkey, 0);
-    r->rma.origin_addr = dst;
-    r->rma.target_addr = (void *)(uintptr_t)xh.addr;
-    r->data_len        = DEATH_LEN;
-    r->xheader_len     = sizeof(pscom_xheader_rma_get_t);
-    set_head(&r->xheader.rma_get.user.h, PSCOM_RMA_GET, 1, 0, DEATH_LEN, 0, NULL, 0);
-    pscom_post_rma_get(r);
+    pscom_request_t *r = post_death_get(con, rkey, xh.addr, dst);
     /* a transport that read the target's memory directly is done already */
     int direct = pscom_req_is_done(r);
     tu_signal(ctx, 1, direct ? 2 : 1);       /* target: answer */
@@ -1213,13 +1218,7 @@ static int get_origin_death_client(tu_ctx_t *ctx)
     ctl_xh_t xh;
     pscom_rkey_t rkey  = recv_rkey(con, &xh);
     unsigned char *dst = tu_malloc(DEATH_LEN);
-    pscom_request_t *r = rma_req(con, rkey, 0);
-    r->rma.origin_addr = dst;
-    r->rma.target_addr = (void *)(uintptr_t)xh.addr;
-    r->data_len        = DEATH_LEN;
-    r->xheader_len     = sizeof(pscom_xheader_rma_get_t);
-    set_head(&r->xheader.rma_get.user.h, PSCOM_RMA_GET, 1, 0, DEATH_LEN, 0, NULL, 0);
-    pscom_post_rma_get(r);
+    pscom_request_t *r = post_death_get(con, rkey, xh.addr, dst);
     tu_signal(ctx, TU_SERVER, pscom_req_is_done(r) ? 2 : 1);
     tu_wait_signal(ctx, TU_SERVER); /* killed while waiting, the answer unread */
     TU_FAIL("not killed");
