@@ -60,6 +60,19 @@ static enum ibv_mtu cfg_mtu(enum ibv_mtu active)
     return active && active < want ? active : want;
 }
 
+/* PSP_OPENIB_LID_OFFSET within the port's 2^LMC LIDs: a LID beyond them
+ * reaches nobody, and every message of the connections would fail (the
+ * handshake cannot tell). Outside: said once, 0 used. */
+static unsigned lid_offset(const struct ibv_port_attr *pattr)
+{
+    unsigned lids = 1u << (pattr->lmc & 7);
+    if (openib_cfg.lid_offset >= 0 && (unsigned)openib_cfg.lid_offset < lids)
+        return (unsigned)openib_cfg.lid_offset;
+    plog_err("PSP_OPENIB_LID_OFFSET=%d: the port has %u LID%s (LMC %u); using 0",
+             openib_cfg.lid_offset, lids, lids == 1 ? "" : "s", (unsigned)pattr->lmc);
+    return 0;
+}
+
 int openib_dev_open(void)
 {
     int n = 0;
@@ -92,7 +105,7 @@ int openib_dev_open(void)
     }
     openib_dev.ctx       = ctx;
     openib_dev.port      = port;
-    openib_dev.lid       = (uint16_t)(pattr.lid + openib_cfg.lid_offset);
+    openib_dev.lid       = (uint16_t)(pattr.lid + lid_offset(&pattr));
     openib_dev.mtu       = cfg_mtu(pattr.active_mtu);
     openib_dev.max_cqe   = dattr.max_cqe > 0 ? dattr.max_cqe : 1;
     openib_dev.max_msg   = pattr.max_msg_sz ? pattr.max_msg_sz : 1u << 20;
