@@ -122,7 +122,12 @@ static void con_event_done(pscom_request_t *request)
     pscom_con_t *con = ev->con;
     pscom_socket_t *s = &con->sock->pub;
 
-    if (!con->user_closed) {
+    /* read under the lock (pscom_con_close writes it); a close that comes
+     * after this read may still see the callback run */
+    pscom_lock();
+    int user_closed = con->user_closed;
+    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock); /* no io_done run from here */
+    if (!user_closed) {
         if (ev->accept) {
             if (s->ops.con_accept) s->ops.con_accept(&con->pub);
         } else if (s->ops.con_error) {

@@ -34,6 +34,7 @@ typedef struct pscom_global {
     int plugins_initialized;
 
     uint64_t progress_counter;     /* bumped whenever anything progressed */
+    uint64_t told_counter;         /* threaded: progress_counter when sleepers were last told */
     pscom_stats_t stats;
 } pscom_global_t;
 
@@ -43,6 +44,21 @@ extern pscom_global_t pscom;
 static inline void pscom_lock(void)
 {
     if (pscom.threaded) pthread_mutex_lock(&pscom.lock);
+}
+
+/* Threaded: something completed since sleepers were last told (inside an
+ * API call: a loopback send, a cancel, a close failing receives): threads
+ * asleep in epoll_wait may be waiting for it, and no fd event wakes them
+ * (pscom_progress.c; until 2026-11-29 they slept on for up to 1 s) */
+void pscom_wake_sleepers_on_progress(void);
+
+static inline void pscom_unlock_threaded(void)
+{
+    if (pscom.progress_counter != pscom.told_counter) {
+        pscom.told_counter = pscom.progress_counter;
+        pscom_wake_sleepers_on_progress();
+    }
+    pthread_mutex_unlock(&pscom.lock);
 }
 
 /* Run the queued io_done callbacks (lock held; they run without it).
@@ -58,14 +74,14 @@ void pscom_req_run_io_done_all(void);
 static inline void pscom_unlock(void)
 {
     if (pscom_unlikely(!pscom_list_empty(&pscom.io_doneq))) pscom_req_run_io_done();
-    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+    if (pscom.threaded) pscom_unlock_threaded();
 }
 
 /* The same at the end of a call that makes progress on purpose. */
 static inline void pscom_unlock_progress(void)
 {
     if (pscom_unlikely(!pscom_list_empty(&pscom.io_doneq))) pscom_req_run_io_done_all();
-    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+    if (pscom.threaded) pscom_unlock_threaded();
 }
 
 /* Make sure pscom_init() ran (for API calls made before it, e.g. by tools). */

@@ -200,8 +200,9 @@ PSCOM_API int pscom_cancel_send(pscom_request_t *request)
     pscom_api_check(pscom_req_state_get(request) & PSCOM_REQ_STATE_SEND_REQUEST, "a send request");
     int res = 0;
     pscom_lock();
-    if ((request->state & (PSCOM_REQ_STATE_POSTED | PSCOM_REQ_STATE_IO_STARTED |
-                           PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE)) ==
+    /* (DONE is set by the thread that runs io_done, without the lock) */
+    if ((pscom_req_state_get(request) & (PSCOM_REQ_STATE_POSTED | PSCOM_REQ_STATE_IO_STARTED |
+                                         PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE)) ==
         PSCOM_REQ_STATE_POSTED) {
         pscom_req_t *req = pscom_req_from_pub(request);
         pscom_list_del(&req->next);
@@ -218,7 +219,7 @@ PSCOM_API int pscom_cancel_recv(pscom_request_t *request)
                     "a receive request");
     int res = 0;
     pscom_lock();
-    if ((request->state & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) == 0)
+    if ((pscom_req_state_get(request) & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) == 0)
         res = pscom_recv_cancel(pscom_req_from_pub(request));
     pscom_unlock();
     return res;

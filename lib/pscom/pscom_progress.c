@@ -104,6 +104,11 @@ static void wake_sleepers(void)
     }
 }
 
+void pscom_wake_sleepers_on_progress(void)
+{
+    if (__atomic_load_n(&in_epoll, __ATOMIC_SEQ_CST) && wake_fd >= 0) wake_sleepers();
+}
+
 int pscom_progress_init(void)
 {
     if (epfd >= 0) return 0;
@@ -389,6 +394,12 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
     for (int i = 0; i < n; i++) {
         pscom_ufd_t *ufd = evs[i].data.ptr;
         if (!ufd->registered) continue; /* removed by an earlier handler */
+        /* a wake-up is for a thread asleep in epoll_wait: a polling pass
+         * leaves it to that one (reading it here, a thread calling
+         * pscom_test_any in a loop kept a waiting one asleep for up to
+         * SLEEP_MAX_MS) */
+        if (ufd == &wake_ufd && !timeout_ms && __atomic_load_n(&in_epoll, __ATOMIC_SEQ_CST))
+            continue;
         ufd->handler(ufd, evs[i].events);
         events += ufd != &wake_ufd;
     }

@@ -1,0 +1,97 @@
+/*
+ * itest_threads_wake: with pscom_init_thread, a thread asleep in pscom_wait
+ * (in epoll_wait, after PSP_WAIT_SPIN_US of spinning) wakes up at once
+ * when another thread completes its request inside an API call: a send on
+ * a loopback connection, pscom_cancel_recv. Half of the rounds have a third
+ * thread calling pscom_test_any in a loop, which must not take the wake-up
+ * away from the sleeper. (Until 2026-11-29 nothing woke it: it slept on
+ * until its 1 s nap ended, and a polling thread emptied the wake-up fd.)
+ *
+ * The waiting thread is given WAIT_MS to fall asleep before the completing
+ * call (a sleeper that is still spinning just makes the round pass); it
+ * must return within LATE_MS of that call, against about 1000 - WAIT_MS ms
+ * before the fix.
+ */
+#include "pscom_testutil.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROUNDS  4
+#define WAIT_MS 100.0
+#define LATE_MS 500.0
+
+static pscom_request_t *req;
+static volatile int stop_polling;
+static _Atomic double returned_ms;
+
+static void *waiter(void *arg)
+{
+    (void)arg;
+    pscom_wait(req);
+    returned_ms = tu_now_ms();
+    return NULL;
+}
+
+static void *poller(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&stop_polling, __ATOMIC_ACQUIRE)) pscom_test_any();
+    return NULL;
+}
+
+static int self(tu_ctx_t *ctx)
+{
+    (void)ctx;
+    TU_ASSERT_OK(pscom_init_thread(PSCOM_VERSION));
+    pscom_socket_t *s = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *loop = pscom_open_connection(s);
+    TU_ASSERT_OK(pscom_connect(loop, NULL, 0, PSCOM_CON_FLAG_DIRECT));
+    for (int cancel = 0; cancel <= 1; cancel++) {
+        for (int round = 0; round < ROUNDS; round++) {
+            int with_poller = round % 2;
+            int buf = 0, val = 42;
+            req              = pscom_request_create(0, 0);
+            req->connection  = loop;
+            req->data        = &buf;
+            req->data_len    = sizeof(buf);
+            pscom_post_recv(req);
+            pthread_t w, p;
+            stop_polling = 0;
+            TU_ASSERT_EQ(pthread_create(&w, NULL, waiter, NULL), 0);
+            if (with_poller) TU_ASSERT_EQ(pthread_create(&p, NULL, poller, NULL), 0);
+            double t0 = tu_now_ms();
+            while (tu_now_ms() - t0 < WAIT_MS) { /* the waiter falls asleep */
+            }
+            double t1 = tu_now_ms();
+            if (cancel) {
+                TU_ASSERT_EQ(pscom_cancel_recv(req), 1);
+            } else {
+                pscom_send(loop, NULL, 0, &val, sizeof(val));
+            }
+            pthread_join(w, NULL);
+            double late = returned_ms - t1;
+            __atomic_store_n(&stop_polling, 1, __ATOMIC_RELEASE);
+            if (with_poller) pthread_join(p, NULL);
+            tu_log("%s, %s: the waiter returned %.1f ms after", cancel ? "cancel" : "send",
+                   with_poller ? "a thread polling" : "no poller", late);
+            TU_ASSERT_MSG(late < LATE_MS,
+                          "the waiting thread returned %.0f ms after the %s completed its "
+                          "request (%s)",
+                          late, cancel ? "pscom_cancel_recv" : "loopback send",
+                          with_poller ? "another thread polling" : "no other thread");
+            if (!cancel) TU_ASSERT_EQ(buf, 42);
+            pscom_request_free(req);
+        }
+    }
+    pscom_close_connection(loop);
+    pscom_close_socket(s);
+    return 0;
+}
+
+int main(void)
+{
+    setenv("PSP_UCP", "0", 0); /* (TSan and UCX do not mix; the loopback needs neither) */
+    return tu_run("threads_wake", 0, self, NULL, NULL);
+}
