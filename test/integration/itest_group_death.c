@@ -9,9 +9,18 @@
  * returns; pscom_barrier returns too. (Until 2026-11-29 a collective
  * receive posted on a connection that had already failed waited forever:
  * only receives already waiting when it failed were failed.)
+ *
+ * Second scenario, "mid_message" (over tcp only: the message must arrive
+ * in pieces): the client (root) broadcasts 64 MiB; the server has taken
+ * part of it (kept for a later receive) when it stops the client
+ * (SIGSTOP), then waits for the rest in pscom_bcast while a thread of its
+ * own kills the client. The broadcast ends with the data incomplete
+ * instead of using the kept message after the connection's failure freed
+ * it (until 2026-11-29: a use after free, seen by ASan).
  */
 #include "pscom_testutil.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,8 +89,70 @@ static int client(tu_ctx_t *ctx)
     TU_FAIL("not killed");
 }
 
+/* ---- mid_message ---------------------------------------------------------------- */
+
+#define BIG (64u << 20)
+
+static pid_t victim;
+
+static void *killer(void *arg)
+{
+    (void)arg;
+    double t0 = tu_now_ms();
+    while (tu_now_ms() - t0 < 100.0) { /* the server is waiting in pscom_bcast by then */
+    }
+    kill(victim, SIGKILL);
+    return NULL;
+}
+
+static int mid_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = tu_on_con_error;
+    pscom_connection_t *cons[2];
+    cons[1]          = tu_server_accept_one(ctx, sock);
+    cons[0]          = self_con(sock);
+    pscom_group_t *g = pscom_group_open(sock, GID, 0, 2, cons);
+    TU_ASSERT_NOT_NULL(g);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1); /* the client broadcasts */
+    for (int i = 0; i < 20; i++) pscom_test_any(); /* a part of it, kept */
+    victim = ctx->client_pids[1];
+    TU_ASSERT_EQ(kill(victim, SIGSTOP), 0);
+    pthread_t th;
+    TU_ASSERT_EQ(pthread_create(&th, NULL, killer, NULL), 0);
+    unsigned char *data = tu_malloc(BIG);
+    tu_step("pscom_bcast: the rest of a message whose sender dies");
+    pscom_bcast(g, 1, NULL, 0, data, BIG);
+    pthread_join(th, NULL);
+    while (!tu_error_of(cons[1])) pscom_wait_any();
+    free(data);
+    pscom_group_close(g);
+    pscom_close_connection(cons[0]);
+    pscom_close_connection(cons[1]);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int mid_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *cons[2];
+    cons[0]             = tu_client_connect(ctx, sock);
+    cons[1]             = self_con(sock);
+    pscom_group_t *g    = pscom_group_open(sock, GID, 1, 2, cons);
+    unsigned char *data = tu_malloc(BIG);
+    memset(data, 0x5a, BIG);
+    TU_ASSERT_NOT_NULL(g);
+    tu_signal(ctx, TU_SERVER, 1);
+    pscom_bcast(g, 1, NULL, 0, data, BIG); /* stopped, then killed, in here */
+    TU_FAIL("not killed");
+}
+
 int main(void)
 {
     tu_opts_t opts = {.killed_must_mask = 1u << 1};
-    return tu_run("group_death", 1, server, client, &opts);
+    if (tu_run("group_death", 1, server, client, &opts)) return 1;
+    const char *type = tu_contype();
+    if (!type || strcmp(type, "tcp")) return 0;
+    return tu_run("group_death_mid_message", 1, mid_server, mid_client, &opts);
 }
