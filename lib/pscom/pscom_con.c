@@ -12,6 +12,7 @@
 #include "pscom_con.h"
 
 #include <assert.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,10 +123,14 @@ static void con_event_done(pscom_request_t *request)
     pscom_con_t *con = ev->con;
     pscom_socket_t *s = &con->sock->pub;
 
-    /* read under the lock (pscom_con_close writes it); a close that comes
-     * after this read may still see the callback run */
+    /* decided under the lock, with pscom_con_close: a close that comes
+     * while the callback runs waits for it (close_waits_callback) */
     pscom_lock();
     int user_closed = con->user_closed;
+    if (!user_closed) {
+        con->cb_running++;
+        con->cb_thread = pthread_self();
+    }
     if (pscom.threaded) pthread_mutex_unlock(&pscom.lock); /* no io_done run from here */
     if (!user_closed) {
         if (ev->accept) {
@@ -135,6 +140,7 @@ static void con_event_done(pscom_request_t *request)
         }
     }
     pscom_lock();
+    if (!user_closed) con->cb_running--;
     con->refcnt--;
     pscom_req_free(pscom_req_from_pub(request));
     pscom_con_release(con);
@@ -449,9 +455,33 @@ void pscom_con_transport_error(pscom_con_t *con, pscom_op_t op, int err)
     pscom_con_release(con);
 }
 
+/* Threaded: the user closes con while another thread runs a con_accept or
+ * con_error of it. Once the close returned the user may free what that
+ * callback uses (and the spec has no callback after the close): wait for
+ * it, the lock let go. Only for the one callback running elsewhere; with
+ * more than one (a callback of con nested in another of con, here or
+ * there) waiting could wait for ourselves. */
+static int callback_elsewhere(const pscom_con_t *con)
+{
+    return pscom.threaded && con->cb_running == 1 && !pthread_equal(con->cb_thread, pthread_self());
+}
+
+static void close_waits_callback(pscom_con_t *con)
+{
+    if (!callback_elsewhere(con)) return;
+    con->refcnt++; /* the callback's end must not free con under us */
+    while (callback_elsewhere(con)) {
+        pthread_mutex_unlock(&pscom.lock);
+        sched_yield();
+        pthread_mutex_lock(&pscom.lock);
+    }
+    con->refcnt--;
+}
+
 void pscom_con_close(pscom_con_t *con)
 {
     con->user_closed = 1;
+    close_waits_callback(con);
     pscom_unexpected_drop_con(con);
     if (con->precon) {
         pscom_precon_abort(con->precon);

@@ -62,6 +62,8 @@ struct pscom_con {
     uint32_t od_addr;           /* on-demand: peer listener */
     int od_port;
     int refcnt;                 /* pending con_error callbacks */
+    unsigned cb_running;        /* con_accept/con_error callbacks running now ... */
+    pthread_t cb_thread;        /* ... the last of them in this thread */
     pscom_connection_t pub;     /* must be last */
 };
 
@@ -119,7 +121,9 @@ void pscom_con_rndv_sends_drained(pscom_con_t *con);
 void pscom_con_eof_received(pscom_con_t *con);
 /* Our EOF message left. */
 void pscom_con_eof_sent(pscom_con_t *con);
-/* Local close (pscom_close_connection). */
+/* Local close (pscom_close_connection, pscom_close_socket). No
+ * con_accept/con_error runs after it: one that another thread is running
+ * is waited for (threaded mode). */
 void pscom_con_close(pscom_con_t *con);
 /* Fail all pending sends and receives of the connection with ERROR. */
 void pscom_con_fail_requests(pscom_con_t *con);
