@@ -36,24 +36,47 @@ static pscom_connection_t *self_con(pscom_socket_t *sock)
     return c;
 }
 
+/* The group of two with a member's socket, its connection to the other
+ * member and to itself (server: member 0, client: member 1). */
+typedef struct member {
+    pscom_socket_t *sock;
+    pscom_connection_t *cons[2];
+    pscom_group_t *g;
+} member_t;
+
+static void member_open(tu_ctx_t *ctx, member_t *m)
+{
+    uint32_t me = ctx->rank == TU_SERVER ? 0 : 1;
+    m->sock     = tu_open_socket(ctx, 0, 0);
+    m->sock->ops.con_error = tu_on_con_error;
+    m->cons[1 - me] = me ? tu_client_connect(ctx, m->sock) : tu_server_accept_one(ctx, m->sock);
+    m->cons[me]     = self_con(m->sock);
+    m->g            = pscom_group_open(m->sock, GID, me, 2, m->cons);
+    TU_ASSERT_NOT_NULL(m->g);
+}
+
+static void member_close(member_t *m)
+{
+    pscom_group_close(m->g);
+    pscom_close_connection(m->cons[0]);
+    pscom_close_connection(m->cons[1]);
+    pscom_close_socket(m->sock);
+}
+
 static int server(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = tu_on_con_error;
-    pscom_connection_t *cons[2];
-    cons[1] = tu_server_accept_one(ctx, sock);
-    cons[0] = self_con(sock);
-    pscom_group_t *g = pscom_group_open(sock, GID, 0, 2, cons);
-    TU_ASSERT_NOT_NULL(g);
+    member_t m;
+    member_open(ctx, &m);
+    pscom_group_t *g = m.g;
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1); /* the client's group is open */
     TU_ASSERT_EQ(kill(ctx->client_pids[1], SIGKILL), 0);
-    while (!tu_error_of(cons[1])) pscom_wait_any();
+    while (!tu_error_of(m.cons[1])) pscom_wait_any();
 
     char data[64];
     memset(data, 0, sizeof(data));
     tu_step("pscom_post_bcast from the dead root");
     pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_bcast_t), 0);
-    r->socket                       = sock;
+    r->socket                       = m.sock;
     r->xheader.bcast.group_id       = GID;
     r->xheader.bcast.bcast_root     = 1;
     r->xheader_len                  = sizeof(pscom_xheader_bcast_t);
@@ -68,22 +91,14 @@ static int server(tu_ctx_t *ctx)
     pscom_bcast(g, 1, NULL, 0, data, sizeof(data));
     tu_step("pscom_barrier");
     pscom_barrier(g);
-
-    pscom_group_close(g);
-    pscom_close_connection(cons[0]);
-    pscom_close_connection(cons[1]);
-    pscom_close_socket(sock);
+    member_close(&m);
     return 0;
 }
 
 static int client(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *cons[2];
-    cons[0]          = tu_client_connect(ctx, sock);
-    cons[1]          = self_con(sock);
-    pscom_group_t *g = pscom_group_open(sock, GID, 1, 2, cons);
-    TU_ASSERT_NOT_NULL(g);
+    member_t m;
+    member_open(ctx, &m);
     tu_signal(ctx, TU_SERVER, 1);
     tu_wait_signal(ctx, TU_SERVER); /* killed while waiting */
     TU_FAIL("not killed");
@@ -107,13 +122,8 @@ static void *killer(void *arg)
 
 static int mid_server(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    sock->ops.con_error  = tu_on_con_error;
-    pscom_connection_t *cons[2];
-    cons[1]          = tu_server_accept_one(ctx, sock);
-    cons[0]          = self_con(sock);
-    pscom_group_t *g = pscom_group_open(sock, GID, 0, 2, cons);
-    TU_ASSERT_NOT_NULL(g);
+    member_t m;
+    member_open(ctx, &m);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1); /* the client broadcasts */
     for (int i = 0; i < 20; i++) pscom_test_any(); /* a part of it, kept */
     victim = ctx->client_pids[1];
@@ -122,29 +132,22 @@ static int mid_server(tu_ctx_t *ctx)
     TU_ASSERT_EQ(pthread_create(&th, NULL, killer, NULL), 0);
     unsigned char *data = tu_malloc(BIG);
     tu_step("pscom_bcast: the rest of a message whose sender dies");
-    pscom_bcast(g, 1, NULL, 0, data, BIG);
+    pscom_bcast(m.g, 1, NULL, 0, data, BIG);
     pthread_join(th, NULL);
-    while (!tu_error_of(cons[1])) pscom_wait_any();
+    while (!tu_error_of(m.cons[1])) pscom_wait_any();
     free(data);
-    pscom_group_close(g);
-    pscom_close_connection(cons[0]);
-    pscom_close_connection(cons[1]);
-    pscom_close_socket(sock);
+    member_close(&m);
     return 0;
 }
 
 static int mid_client(tu_ctx_t *ctx)
 {
-    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
-    pscom_connection_t *cons[2];
-    cons[0]             = tu_client_connect(ctx, sock);
-    cons[1]             = self_con(sock);
-    pscom_group_t *g    = pscom_group_open(sock, GID, 1, 2, cons);
+    member_t m;
+    member_open(ctx, &m);
     unsigned char *data = tu_malloc(BIG);
     memset(data, 0x5a, BIG);
-    TU_ASSERT_NOT_NULL(g);
     tu_signal(ctx, TU_SERVER, 1);
-    pscom_bcast(g, 1, NULL, 0, data, BIG); /* stopped, then killed, in here */
+    pscom_bcast(m.g, 1, NULL, 0, data, BIG); /* stopped, then killed, in here */
     TU_FAIL("not killed");
 }
 
