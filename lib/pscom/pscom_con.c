@@ -131,7 +131,7 @@ static void con_event_done(pscom_request_t *request)
         con->cb_running++;
         con->cb_thread = pthread_self();
     }
-    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock); /* no io_done run from here */
+    pscom_unlock_keep_queue();
     if (!user_closed) {
         if (ev->accept) {
             if (s->ops.con_accept) s->ops.con_accept(&con->pub);

@@ -77,6 +77,14 @@ static inline void pscom_unlock(void)
     if (pscom.threaded) pscom_unlock_threaded();
 }
 
+/* Release the lock without running the io_done queue, around a user
+ * callback run from io_done (whose order against the queued requests
+ * matters: RMA target callbacks, con_accept/con_error). */
+static inline void pscom_unlock_keep_queue(void)
+{
+    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+}
+
 /* The same at the end of a call that makes progress on purpose. */
 static inline void pscom_unlock_progress(void)
 {

@@ -46,7 +46,6 @@ static struct pscom_sock_coll *coll_of(pscom_sock_t *sock)
 
 /* ---- matching of collective messages ---------------------------------------- */
 
-/* key: message type, connection, group id and root (bcast) or round (barrier) */
 /* A collective message kept for a later coll_recv arrived whole, or its
  * connection failed (ERROR): done, and still in the unexpected queue. */
 static void coll_gen_done(pscom_req_t *gen)
@@ -55,6 +54,7 @@ static void coll_gen_done(pscom_req_t *gen)
     pscom.progress_counter++;
 }
 
+/* key: message type, connection, group id and root (bcast) or round (barrier) */
 static int same_key(pscom_req_t *a, uint8_t type, pscom_connection_t *con,
                     const pscom_xheader_bcast_t *x)
 {

@@ -65,7 +65,7 @@ PSCOM_PLUGIN_API uint64_t pscom_req_completions; /* plugin SDK, pscom_plugin.h *
 static void run_io_done(pscom_req_t *req)
 {
     void (*io_done)(pscom_request_t *) = req->pub.ops.io_done;
-    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
+    pscom_unlock_keep_queue();
     pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_DONE);
     io_done(&req->pub); /* may free or re-post the request */
     if (pscom.threaded) pthread_mutex_lock(&pscom.lock);

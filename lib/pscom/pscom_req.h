@@ -120,8 +120,6 @@ static inline void pscom_req_fail(pscom_req_t *req)
 /* Take every request out of q (linked by next) and complete it with ERROR. */
 void pscom_req_fail_all(pscom_list_t *q);
 
-/* Run queued io_done callbacks (called by pscom_unlock; pscom_core.h). */
-void pscom_req_run_io_done(void);
-void pscom_req_run_io_done_all(void);
+/* pscom_req_run_io_done(), pscom_req_run_io_done_all(): pscom_core.h */
 
 #endif /* PSCOM_REQ_H */

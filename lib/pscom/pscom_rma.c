@@ -415,14 +415,6 @@ typedef struct passive {
 
 static void atomic_reply(pscom_req_t *p, struct PSCOM_memh *m);
 
-/* Drop the lock without running the io_done queue: pscom_unlock() would
- * run the callbacks of later target-side requests nested inside this one,
- * i.e. before it, and they must run in arrival order. */
-static void unlock_keep_queue(void)
-{
-    if (pscom.threaded) pthread_mutex_unlock(&pscom.lock);
-}
-
 /* io_done of a target-side request: for the atomics the answer with the
  * old value and the library's compare-and-swap, then the op's callback
  * (not for an operation that failed half-way), then free. Target-side
@@ -442,11 +434,13 @@ static void passive_done(pscom_request_t *request)
         ok = ok && !(request->state & PSCOM_REQ_STATE_ERROR);
     }
     if (ok) cb = m->callbacks[pa->op];
-    unlock_keep_queue();
+    /* not pscom_unlock(): the io_done of a later message (the application's
+     * synchronisation after its RMA operations) would run before cb */
+    pscom_unlock_keep_queue();
     if (cb) cb(request);
     pscom_lock();
     pscom_req_free(pscom_req_from_pub(request));
-    unlock_keep_queue();
+    pscom_unlock_keep_queue();
 }
 
 /* A target-side request with a copy of the header and the first xlen bytes
