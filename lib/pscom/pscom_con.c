@@ -117,6 +117,9 @@ typedef struct con_event {
     int accept; /* con_accept instead of con_error */
 } con_event_t;
 
+/* con_accept/con_error callbacks this thread is running (nested ones too) */
+static __thread unsigned con_cb_depth;
+
 static void con_event_done(pscom_request_t *request)
 {
     con_event_t *ev  = (con_event_t *)request->user;
@@ -124,20 +127,19 @@ static void con_event_done(pscom_request_t *request)
     pscom_socket_t *s = &con->sock->pub;
 
     /* decided under the lock, with pscom_con_close: a close that comes
-     * while the callback runs waits for it (close_waits_callback) */
+     * while the callback runs waits for it (close_waits_callbacks) */
     pscom_lock();
     int user_closed = con->user_closed;
-    if (!user_closed) {
-        con->cb_running++;
-        con->cb_thread = pthread_self();
-    }
+    if (!user_closed) con->cb_running++;
     pscom_unlock_keep_queue();
     if (!user_closed) {
+        con_cb_depth++;
         if (ev->accept) {
             if (s->ops.con_accept) s->ops.con_accept(&con->pub);
         } else if (s->ops.con_error) {
             s->ops.con_error(&con->pub, ev->op, ev->err);
         }
+        con_cb_depth--;
     }
     pscom_lock();
     if (!user_closed) con->cb_running--;
@@ -455,22 +457,18 @@ void pscom_con_transport_error(pscom_con_t *con, pscom_op_t op, int err)
     pscom_con_release(con);
 }
 
-/* Threaded: the user closes con while another thread runs a con_accept or
- * con_error of it. Once the close returned the user may free what that
- * callback uses (and the spec has no callback after the close): wait for
- * it, the lock let go. Only for the one callback running elsewhere; with
- * more than one (a callback of con nested in another of con, here or
- * there) waiting could wait for ourselves. */
-static int callback_elsewhere(const pscom_con_t *con)
+/* Threaded: the user closes con while other threads run a con_accept or
+ * con_error of it. Once the close returned the user may free what those
+ * callbacks use (and the spec has no callback after the close): wait for
+ * them, the lock let go. Not when the closing thread is itself inside a
+ * connection callback (of con or another): the callbacks waited for could
+ * be waiting for it (nested in it, or each closing the other's
+ * connection), so it returns at once, as without threads. */
+static void close_waits_callbacks(pscom_con_t *con)
 {
-    return pscom.threaded && con->cb_running == 1 && !pthread_equal(con->cb_thread, pthread_self());
-}
-
-static void close_waits_callback(pscom_con_t *con)
-{
-    if (!callback_elsewhere(con)) return;
-    con->refcnt++; /* the callback's end must not free con under us */
-    while (callback_elsewhere(con)) {
+    if (!pscom.threaded || !con->cb_running || con_cb_depth) return;
+    con->refcnt++; /* the callbacks' end must not free con under us */
+    while (con->cb_running) {
         pthread_mutex_unlock(&pscom.lock);
         sched_yield();
         pthread_mutex_lock(&pscom.lock);
@@ -481,7 +479,7 @@ static void close_waits_callback(pscom_con_t *con)
 void pscom_con_close(pscom_con_t *con)
 {
     con->user_closed = 1;
-    close_waits_callback(con);
+    close_waits_callbacks(con);
     pscom_unexpected_drop_con(con);
     if (con->precon) {
         pscom_precon_abort(con->precon);

@@ -62,8 +62,7 @@ struct pscom_con {
     uint32_t od_addr;           /* on-demand: peer listener */
     int od_port;
     int refcnt;                 /* pending con_error callbacks */
-    unsigned cb_running;        /* con_accept/con_error callbacks running now ... */
-    pthread_t cb_thread;        /* ... the last of them in this thread */
+    unsigned cb_running;        /* con_accept/con_error callbacks running now */
     pscom_connection_t pub;     /* must be last */
 };
 
