@@ -145,6 +145,14 @@ static void config_init_logging(void)
     pscom_log_level = pscom_config.debug;
 }
 
+unsigned pscom_config_stall_window_ms(void)
+{
+    unsigned t            = pscom_config.precon_tcp_reconnect_timeout;
+    unsigned n            = pscom_config.precon_tcp_connect_stalled_max;
+    unsigned long long ms = (unsigned long long)t * (n ? n : 1);
+    return ms > 3600000u ? 3600000u : (unsigned)ms;
+}
+
 void pscom_config_init(void)
 {
     config_init_logging();

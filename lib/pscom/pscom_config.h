@@ -63,4 +63,10 @@ extern PSCOM_PLUGIN_API pscom_config_t pscom_config;
  * pscom_log_level and set up the log output. Called once by pscom_init(). */
 void pscom_config_init(void);
 
+/* How long a handshake (or a back-connect request) may wait for a silent
+ * peer: PSP_PRECON_TCP_RECONNECT_TIMEOUT x ..._CONNECT_STALLED_MAX (a
+ * stalled max of 0 counts as 1), at most an hour; 0 when the reconnect
+ * timeout is 0, which turns the stall check off (no limit). */
+unsigned pscom_config_stall_window_ms(void);
+
 #endif /* PSCOM_CONFIG_H */

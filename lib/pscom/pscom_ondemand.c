@@ -79,16 +79,6 @@ static void wait_free(od_wait_t *w)
     free(w);
 }
 
-/* the stall window: how long a silent peer is given */
-static unsigned window_ms(void)
-{
-    unsigned t = pscom_config.precon_tcp_reconnect_timeout;
-    unsigned n = pscom_config.precon_tcp_connect_stalled_max;
-    unsigned long long ms = (unsigned long long)t * (n ? n : 1);
-    if (!ms) ms = 1;
-    return ms > 3600000u ? 3600000u : (unsigned)ms;
-}
-
 static void request(od_wait_t *w)
 {
     pscom_con_t *con = w->con;
@@ -105,12 +95,14 @@ static void await_expired(pscom_timer_t *timer)
         plog_err("%s: the peer promised to connect back but did not within %u ms "
                  "(PSP_PRECON_TCP_RECONNECT_TIMEOUT x PSP_PRECON_TCP_CONNECT_STALLED_MAX), "
                  "%u requests (PSP_RETRY=%u)",
-                 pscom_con_name(con), window_ms(), w->requests, pscom_config.retry);
+                 pscom_con_name(con), pscom_config_stall_window_ms(), w->requests,
+                 pscom_config.retry);
         errno = ETIMEDOUT;
         pscom_con_setup_failed(con, PSCOM_ERR_STDERROR); /* sweeps w */
         return;
     }
-    plog_dbg("%s: no back-connect within %u ms; asking again", pscom_con_name(con), window_ms());
+    plog_dbg("%s: no back-connect within %u ms; asking again", pscom_con_name(con),
+             pscom_config_stall_window_ms());
     request(w);
 }
 
@@ -201,7 +193,9 @@ void pscom_ondemand_backconnect_done(pscom_con_t *owner, int failed, pscom_err_t
         pscom_con_setup_failed(owner, err); /* sweeps w */
         return;
     }
-    if (w) pscom_timer_start(&w->timer, window_ms());
+    /* no limit while the stall check is off (PSP_PRECON_TCP_RECONNECT_TIMEOUT=0) */
+    unsigned window = pscom_config_stall_window_ms();
+    if (w && window) pscom_timer_start(&w->timer, window);
 }
 
 void pscom_ondemand_sweep(pscom_sock_t *sock)

@@ -166,6 +166,23 @@ static void test_config_precon_type_unknown(void **state)
     free(out);
 }
 
+/* the window a silent peer is given (handshakes, back-connect requests) */
+static void test_config_stall_window(void **state)
+{
+    pscom_config_init();
+    assert_int_equal(pscom_config_stall_window_ms(), 12000); /* 2000 ms x 6 */
+    pscom_config.precon_tcp_connect_stalled_max = 0;
+    assert_int_equal(pscom_config_stall_window_ms(), 2000); /* counts as 1 */
+    pscom_config.precon_tcp_reconnect_timeout = 4000000;
+    assert_int_equal(pscom_config_stall_window_ms(), 3600000); /* an hour at most */
+    pscom_config.precon_tcp_connect_stalled_max = 4000000;
+    assert_int_equal(pscom_config_stall_window_ms(), 3600000); /* no overflow */
+    /* 0 turns the check off: no limit (until 2026-11-29 a back-connect
+     * request then waited 1 ms and failed after PSP_RETRY of them) */
+    pscom_config.precon_tcp_reconnect_timeout = 0;
+    assert_int_equal(pscom_config_stall_window_ms(), 0);
+}
+
 static void test_config_print(void **state)
 {
     char *out;
@@ -201,6 +218,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_config_debug_out_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_param_echo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_precon_type_unknown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_config_stall_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_print, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
