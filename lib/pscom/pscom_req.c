@@ -4,6 +4,8 @@
 #include "pscom_req.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "pscom_config.h"
@@ -20,9 +22,13 @@ static size_t xheader_area(size_t max_xheader_len)
 
 pscom_req_t *pscom_req_create(size_t max_xheader_len, size_t user_size)
 {
-    size_t xh   = xheader_area(max_xheader_len);
     size_t head = offsetof(pscom_req_t, pub) + offsetof(pscom_request_t, xheader);
-    size_t user_off = (head + xh + 7) & ~(size_t)7;
+    if (max_xheader_len > SIZE_MAX / 4 || user_size > SIZE_MAX / 4) {
+        errno = ENOMEM; /* no such memory, and the sums below could wrap */
+        return NULL;
+    }
+    size_t xh        = xheader_area(max_xheader_len);
+    size_t user_off  = (head + xh + 7) & ~(size_t)7;
     pscom_req_t *req = calloc(1, user_off + user_size);
     if (!req) return NULL;
 
@@ -34,7 +40,7 @@ pscom_req_t *pscom_req_create(size_t max_xheader_len, size_t user_size)
     req->pub.xheader_len     = max_xheader_len;
     req->pub.max_xheader_len = xh;
     req->pub.user_size       = user_size;
-    req->pub.user = user_size ? (struct PSCOM_req_user *)((char *)req + user_off) : NULL;
+    req->pub.user            = (struct PSCOM_req_user *)((char *)req + user_off); /* also 0 B */
 
     pscom.stats.reqs_created++;
     if (pscom_config.debug_req) pscom_list_add_tail(&req->all, &pscom.requests);

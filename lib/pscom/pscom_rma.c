@@ -253,6 +253,7 @@ static void put_like(pscom_request_t *r, uint8_t type, uint8_t done_type)
             free(xh);
             if (note) pscom_con_send_ctrl(con, note);
         }
+        pscom_req_state_add(r, PSCOM_REQ_STATE_IO_STARTED); /* as a put sent */
         pscom_req_complete(req);
         goto out;
     }

@@ -91,6 +91,11 @@ static void rma_op(pscom_connection_t *con, pscom_rkey_t rkey, void (*post)(psco
     post(r);
     pscom_wait(r);
     TU_ASSERT_SUCCESSFUL(r);
+    /* put-like requests are sends (spec 5.2), also where loopback moves
+     * the data directly (until 2026-11-29 such a put lacked IO_STARTED) */
+    if (r->state & PSCOM_REQ_STATE_SEND_REQUEST) {
+        TU_ASSERT_STATE_HAS(r->state, PSCOM_REQ_STATE_IO_STARTED);
+    }
     pscom_request_free(r);
 }
 

@@ -3,6 +3,7 @@
  * defaults of pscom_request_create, send/receive states over a loopback
  * connection, DONE before io_done, FIFO order of io_done, cancel rules.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,9 +58,19 @@ static void test_create_defaults(void **state)
     r = pscom_request_create(100, 0);
     assert_int_equal(r->xheader_len, 100);
     assert_int_equal(r->max_xheader_len, 104);
-    assert_null(r->user);
+    /* spec: user points just past the xheader area, also with no user bytes
+     * (until 2026-11-29 it was NULL then) */
+    assert_ptr_equal(r->user, (char *)&r->xheader + r->max_xheader_len);
     memset(&r->xheader, 0, r->max_xheader_len);
     pscom_request_free(r);
+
+    /* sizes whose sums would wrap: NULL (until 2026-11-29 a request of a
+     * few bytes that claimed them) */
+    errno = 0;
+    assert_null(pscom_request_create(SIZE_MAX, 0));
+    assert_int_equal(errno, ENOMEM);
+    assert_null(pscom_request_create(0, SIZE_MAX - 100));
+    assert_null(pscom_request_create(SIZE_MAX / 2, SIZE_MAX / 2));
 }
 
 static pscom_req_state_t seen_state[8];
