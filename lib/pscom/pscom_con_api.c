@@ -26,8 +26,10 @@ PSCOM_API pscom_connection_t *pscom_open_connection(pscom_socket_t *socket)
     return con ? &con->pub : NULL;
 }
 
+/* spec 1.3: this node or loopback with our listen port, or port -1 */
 static int is_self(pscom_sock_t *sock, const pscom_ep_t *ep)
 {
+    if (ep->port == -1) return 1;
     if (sock->pub.listen_portno < 0 || ep->port != sock->pub.listen_portno) return 0;
     return ep->addr == (uint32_t)sock->pub.local_con_info.node_id ||
            (ep->addr >> 24) == 127; /* loopback network */

@@ -47,11 +47,16 @@ static int util_resolve_ipv4(const char *host, struct in_addr *addr)
 /* endpoint strings                                                       */
 /* ---------------------------------------------------------------------- */
 
-/* all digits, at most 5 of them, value <= 65535 */
+/* all digits, at most 5 of them, value <= 65535; or -1 (a socket that
+ * does not listen: pscom_connect makes that a loopback connection) */
 static int ep_parse_port(const char *str, size_t len, int *port)
 {
     int val = 0;
 
+    if (len == 2 && str[0] == '-' && str[1] == '1') {
+        *port = -1;
+        return 0;
+    }
     if (len == 0 || len > 5) return -1;
     for (size_t i = 0; i < len; i++) {
         if (!isdigit((unsigned char)str[i])) return -1;

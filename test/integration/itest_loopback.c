@@ -183,6 +183,17 @@ static int server(tu_ctx_t *ctx)
     pscom_close_connection(con2);
     pscom_close_connection(con);
     pscom_close_socket(sock);
+
+    /* port -1 (the endpoint of a socket that does not listen): loopback,
+     * on a socket that does not listen either (spec 1.3; until 2026-11-29
+     * a malformed endpoint) */
+    pscom_socket_t *quiet = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *c5 = pscom_open_connection(quiet);
+    TU_ASSERT_OK(pscom_connect(c5, "127.0.0.1:-1@x", 0, PSCOM_CON_FLAG_DIRECT));
+    TU_ASSERT_EQ(c5->type, PSCOM_CON_TYPE_LOOP);
+    exchange(c5, 100, 8, 96, 1);
+    pscom_close_connection(c5);
+    pscom_close_socket(quiet);
     return 0;
 }
 

@@ -39,6 +39,9 @@ static void test_ep_parse_valid(void **state)
     assert_ep("1.2.3.4:80@abcdefgh", 0x01020304, 80, "abcdefgh");
     assert_ep("1.2.3.4:80@abcdefghijkl", 0x01020304, 80, "abcdefgh"); /* 8 kept */
     assert_ep("1.2.3.4:80@a@b:c", 0x01020304, 80, "a@b:c");
+    /* a socket that does not listen (spec 1.3: pscom_connect loops back) */
+    assert_ep("1.2.3.4:-1@x", 0x01020304, -1, "x");
+    assert_ep("127.0.0.1:-1", 0x7f000001, -1, NULL);
 }
 
 static void test_ep_parse_hostname(void **state)
@@ -70,7 +73,9 @@ static void test_ep_parse_malformed(void **state)
         "1.2.3.4:@x",
         "1.2.3.4:65536",    /* port too large */
         "1.2.3.4:99999999999999999999",
-        "1.2.3.4:-1",
+        "1.2.3.4:-2",
+        "1.2.3.4:-10",
+        "1.2.3.4:-",
         "1.2.3.4:+80",
         "1.2.3.4: 80",
         "1.2.3.4:80 ",      /* trailing garbage */
@@ -91,7 +96,7 @@ static void test_ep_parse_malformed(void **state)
 }
 
 /* Any tail after a valid host: never crashes, result is 0 or -1, and an
- * accepted string has a port in range. (Hosts stay numeric: no DNS.) */
+ * accepted string has a port in range, or -1. (Hosts stay numeric: no DNS.) */
 static void test_ep_parse_fuzz(void **state)
 {
     const char alphabet[] = "0123456789.:@ab-+ \t\xff";
@@ -113,7 +118,7 @@ static void test_ep_parse_fuzz(void **state)
         if (buf[7] != ':' && buf[7] != '\0') buf[7] = ':'; /* keep the host numeric */
         int rc = pscom_ep_parse(buf, &ep);
         assert_true(rc == 0 || rc == -1);
-        if (rc == 0) assert_true(ep.port >= 0 && ep.port <= 65535);
+        if (rc == 0) assert_true(ep.port >= -1 && ep.port <= 65535);
     }
 }
 
