@@ -92,6 +92,19 @@
  *     (over UCX's shared memory: 184 naps; over its tcp the send ends with
  *     the endpoint's FORCE close).
  *     The client's delay only creates the idle period.
+ * 13. death_drain: a client sends DRAIN_MSGS small messages and is killed
+ *     before the server takes any of them (the server makes no pscom call
+ *     until the client has sent them all and is gone; the control channel
+ *     says when). Every one of them must be delivered, in order, before
+ *     the connection fails. UCX takes them from its transport a few at a
+ *     time (its shared-memory FIFO: UCX_POSIX_FIFO_MAX_POLL per progress,
+ *     set to 1 here, so that it takes longer than the core's first look
+ *     at the death detector, which comes within 16 passes once the
+ *     core's coarse clock has ticked: the server lets it tick first), and
+ *     the failure must wait for them. Until 2026-11-29 it waited only for
+ *     what the plugin or UCX's unexpected queue held: over shared memory
+ *     3-45 of 48 were delivered (with UCX's default of 16 per progress,
+ *     now and then); over UCX's tcp one progress reads them all.
  */
 #define _GNU_SOURCE
 #include "pscom_testutil.h"
@@ -734,6 +747,60 @@ static int sleep_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- 13. death_drain ------------------------------------------------------------------ */
+
+#define DRAIN_MSGS 48 /* fit into UCX's shared-memory FIFO (64) with room to spare */
+#define DRAIN_LEN  8
+
+static int drain_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error     = tu_on_con_error;
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    tu_check_con_type(con);
+    /* no pscom call until the client has sent everything and is gone */
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1);
+    tu_wait_peer_exit(ctx, 1);
+    /* The core looks at its quiet fds (the death detector) within 16
+     * passes once its coarse clock has ticked since the last look: let it
+     * tick (at most one tick), so that the death is seen while UCX still
+     * holds most of the messages, in every run */
+    double t0 = coarse_ms();
+    while (coarse_ms() == t0) continue;
+    unsigned char buf[DRAIN_LEN];
+    for (uint32_t i = 0; i < DRAIN_MSGS; i++) {
+        pscom_request_t *r = tu_post_recv(con, buf, sizeof(buf), sizeof(uint32_t));
+        pscom_wait(r);
+        TU_ASSERT_MSG(pscom_req_successful(r),
+                      "message %u of the %u sent before the peer died not delivered: [%s]", i,
+                      DRAIN_MSGS, tu_state_str(r->state));
+        uint32_t xh;
+        memcpy(&xh, &r->xheader, sizeof(xh));
+        TU_ASSERT_EQ(xh, i);
+        TU_ASSERT_EQ(r->header.data_len, DRAIN_LEN);
+        TU_ASSERT_PATTERN(buf, DRAIN_LEN, i);
+        pscom_request_free(r);
+    }
+    pscom_request_t *r = tu_post_recv(con, buf, sizeof(buf), sizeof(uint32_t));
+    pscom_wait(r);
+    TU_ASSERT(r->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+    while (!tu_error_of(con)) pscom_wait_any();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int drain_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    for (uint32_t i = 0; i < DRAIN_MSGS; i++) tu_send_pattern(con, i, DRAIN_LEN);
+    pscom_flush(con);
+    tu_signal(ctx, TU_SERVER, 1);
+    raise(SIGKILL);
+    TU_FAIL("survived SIGKILL");
+}
+
 /* Occurrences of needle in the logs of tu_log_files(prefix), which are
  * removed */
 static int logs_count(const char *prefix, const char *needle)
@@ -797,6 +864,13 @@ int main(void)
     /* 12 */
     const tu_opts_t sleep_opts = {.killed_must_mask = 1u << 1};
     if (tu_run("ucp_sleep_after_death", 2, sleep_server, sleep_client, &sleep_opts)) return 1;
+
+    /* 13: UCX takes one message from its shared-memory FIFO per progress
+     * (inherited by the roles) */
+    setenv("UCX_POSIX_FIFO_MAX_POLL", "1", 1);
+    const tu_opts_t drain_opts = {.killed_must_mask = 1u << 1};
+    if (tu_run("ucp_death_drain", 1, drain_server, drain_client, &drain_opts)) return 1;
+    unsetenv("UCX_POSIX_FIFO_MAX_POLL");
 
     /* 11: last, it sends every process's log into a file */
     char prefix[64];

@@ -61,6 +61,18 @@
  * endpoint stays for the client's next connection, so nothing else would
  * tell the server (until 2026-11-29 it waited for good).
  *
+ * ucp_garbage_send_error: the server's send fails (the interposer answers
+ * UCS_ERR_SHMEM_SEGMENT, as UCX does when it cannot map the peer's
+ * buffers at the process's descriptor limit, README.md *Open*) while
+ * SEND_ERR_MSGS messages the client sent before are waiting for it: the
+ * server makes no pscom call until they are sent. Every one of them must
+ * be delivered, in order, before the connection fails (README.md
+ * *Errors*), and the failed send ends with an error. UCX takes one
+ * message per progress from its shared-memory FIFO here
+ * (UCX_POSIX_FIFO_MAX_POLL=1): until 2026-11-29 the failure of a send was
+ * reported at once, after the first of them (over UCX's tcp one progress
+ * read them all, and they were delivered before the failure anyway).
+ *
  * The handshake against a broken or dying peer: itest_ucp_handshake.
  */
 #define _GNU_SOURCE
@@ -99,6 +111,7 @@ static volatile enum mode arm; /* the next MSG (or DATA) goes out broken */
 static unsigned corrupted;     /* messages broken so far */
 static int refuse_imm_bye;     /* BYEs that must go at once: "no resource" */
 static unsigned byes_refused;
+static int fail_next_send;     /* the next send fails (ucp_garbage_send_error) */
 
 __attribute__((visibility("default"))) ucs_status_ptr_t
 ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
@@ -114,6 +127,10 @@ ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
         real = (send_fn)dlsym(ucp, "ucp_tag_send_nbx");
     }
     TU_ASSERT_NOT_NULL((void *)real);
+    if (fail_next_send) {
+        fail_next_send = 0;
+        return UCS_STATUS_PTR(UCS_ERR_SHMEM_SEGMENT);
+    }
     if (refuse_imm_bye && ucpt_kind(tag) == UCPT_BYE &&
         (param->op_attr_mask & UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL)) {
         byes_refused++;
@@ -375,6 +392,73 @@ static int rev_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- a send of the server fails ------------------------------------------------------- */
+
+#define SEND_ERR_MSGS 48 /* fit into UCX's shared-memory FIFO (64) with room to spare */
+
+static int senderr_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *cons[2];
+    pscom_socket_t *sock = role_socket(ctx, cons, NULL);
+    /* no pscom call until the client has sent its messages */
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1);
+    unsigned char out[MSG_LEN];
+    tu_fill(out, MSG_LEN, 9);
+    uint32_t tag       = TAG_MSG;
+    fail_next_send     = 1;
+    pscom_request_t *s = pscom_request_create(sizeof(tag), 0);
+    pscom_req_prepare(s, cons[1], out, MSG_LEN, &tag, sizeof(tag));
+    pscom_post_send(s);
+    TU_ASSERT_EQ(fail_next_send, 0); /* it went to UCX, and failed */
+
+    unsigned char buf[MSG_LEN];
+    for (uint32_t i = 0; i < SEND_ERR_MSGS; i++) {
+        pscom_request_t *r = tu_post_recv(cons[1], buf, sizeof(buf), sizeof(uint32_t));
+        pscom_wait(r);
+        TU_ASSERT_MSG(pscom_req_successful(r),
+                      "message %u of the %u sent before our send failed not delivered: [%s]", i,
+                      SEND_ERR_MSGS, tu_state_str(r->state));
+        uint32_t xh;
+        memcpy(&xh, &r->xheader, sizeof(xh));
+        TU_ASSERT_EQ(xh, i);
+        TU_ASSERT_EQ(r->header.data_len, MSG_LEN);
+        TU_ASSERT_PATTERN(buf, MSG_LEN, i);
+        pscom_request_free(r);
+    }
+    expect_failed(tu_post_recv(cons[1], buf, sizeof(buf), sizeof(uint32_t)), "server");
+    while (failed_con != cons[1]) pscom_wait_any();
+    pscom_wait(s);
+    TU_ASSERT_MSG((s->state & PSCOM_REQ_STATE_ERROR) && !pscom_req_successful(s),
+                  "the failed send did not end with an error: [%s]", tu_state_str(s->state));
+    pscom_request_free(s);
+    TU_ASSERT_EQ(tu_log_file_count("ucp: send: Shared memory error"), 1);
+    TU_ASSERT_EQ(tu_log_file_count(CLOSE_ERROR), 1);
+    tu_signal(ctx, 1, 1);
+    pscom_close_connection(cons[1]);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int senderr_client(tu_ctx_t *ctx)
+{
+    pscom_connection_t *con;
+    pscom_socket_t *sock = role_socket(ctx, NULL, &con);
+    for (uint32_t i = 0; i < SEND_ERR_MSGS; i++) tu_send_pattern(con, i, MSG_LEN);
+    pscom_flush(con);
+    tu_signal(ctx, TU_SERVER, 1);
+    /* the server's side fails, and breaks the endpoint: ours fails too.
+     * Its message never comes */
+    unsigned char buf[MSG_LEN];
+    expect_failed(tu_post_recv(con, buf, sizeof(buf), 16), "client");
+    while (failed_con != con) pscom_wait_any();
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 1);
+    pscom_close_connection(con);
+    tu_log_file_remove();
+    pscom_close_socket(sock);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const char *const names[] = {
@@ -406,5 +490,13 @@ int main(int argc, char **argv)
     if ((argc < 2 || !strcmp(argv[1], "ucp_garbage_from_server_busy")) &&
         tu_run("ucp_garbage_from_server_busy", 1, rev_server, rev_client, NULL))
         return 1;
+    refuse_imm_bye = 0;
+    /* UCX takes one message from its shared-memory FIFO per progress
+     * (inherited by the roles) */
+    setenv("UCX_POSIX_FIFO_MAX_POLL", "1", 1);
+    if ((argc < 2 || !strcmp(argv[1], "ucp_garbage_send_error")) &&
+        tu_run("ucp_garbage_send_error", 1, senderr_server, senderr_client, NULL))
+        return 1;
+    unsetenv("UCX_POSIX_FIFO_MAX_POLL");
     return 0;
 }

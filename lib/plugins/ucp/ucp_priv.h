@@ -179,6 +179,10 @@ typedef struct ucp_con {
     unsigned nstash;
     char *rxbuf;
     size_t rxbuf_cap;
+
+    /* a failure waits for what arrived before it (ucp_con_check_failed) */
+    uint64_t fail_t0_us; /* since then */
+    unsigned fail_checks;
 } ucp_con_t;
 
 /* ---- critical-path count (bench/instr.sh CRIT=1) ---------------------------------------
@@ -434,6 +438,13 @@ void ucp_rx_close_end(ucp_con_t *uc);
  * connection fails (ucp_con_check_failed). */
 #define UCP_BYE_GRACE_US     100000
 #define UCP_BYE_GRACE_CHECKS 1000
+/* A failure is reported once what arrived before it is delivered (UCX's
+ * transports drained by up to UCP_FAIL_DRAIN_ROUNDS rounds of progress
+ * per check), but a peer that goes on sending (alive: our send failed)
+ * is not waited for longer than this (ucp_con_check_failed) */
+#define UCP_FAIL_DRAIN_US     100000
+#define UCP_FAIL_DRAIN_CHECKS 1000
+#define UCP_FAIL_DRAIN_ROUNDS 256
 /* receive and drop a message; returns the request if it is in flight */
 ucp_req_t *ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info);
 extern const ucp_generic_dt_ops_t ucp_partial_ops;
