@@ -698,8 +698,16 @@ int vemul_req_notify_cq(struct ibv_cq *cq, int solicited_only)
     struct vemul_context *vc = vemul_ctx(cq->context);
     struct vemul_cq *c = (struct vemul_cq *)cq;
     (void)solicited_only;
+    int overrun = vemul_fail("cq_overrun"); /* only here: arming is rare, polling is not */
     pthread_mutex_lock(&vc->lock);
     c->armed = 1;
+    if (overrun && !c->overrun) {
+        /* as vemul_cq_push() does when the CQ is full: the event, then
+         * poll_cq fails from now on */
+        vemul_cq_event(c);
+        c->overrun = 1;
+        fprintf(stderr, "verbs_emul: CQ %p overrun (VERBS_EMUL_FAIL=cq_overrun)\n", (void *)c);
+    }
     for (struct vemul_qp *q = vc->qps; q; q = q->next)
         if (q->qp.recv_cq == cq) vemul_rx_watch_kick(q);
     pthread_mutex_unlock(&vc->lock);

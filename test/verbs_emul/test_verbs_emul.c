@@ -1647,6 +1647,28 @@ static void test_event_recv(void **state)
     run_pair(events_a, events_b, &cfg_chan);
 }
 
+/* VERBS_EMUL_FAIL=cq_overrun: the next arming puts the CQ into the
+ * overrun state, with its event; poll_cq fails from then on, with or
+ * without CQEs (the openib plugin's path for a failed poll) */
+static void test_cq_overrun_fault(void **state)
+{
+    struct ep a;
+    ep_open(&a, &cfg_chan);
+    struct ibv_wc wc[4];
+    assert_int_equal(ibv_req_notify_cq(a.cq, 0), 0); /* not set: nothing */
+    assert_int_equal(ibv_poll_cq(a.cq, 4, wc), 0);
+    assert_false(poll_in(a.chan->fd, 0));
+    setenv("VERBS_EMUL_FAIL", "cq_overrun", 1);
+    assert_int_equal(ibv_poll_cq(a.cq, 4, wc), 0); /* only an arming looks */
+    assert_int_equal(ibv_req_notify_cq(a.cq, 0), 0);
+    unsetenv("VERBS_EMUL_FAIL");
+    assert_true(poll_in(a.chan->fd, 0));
+    event_take(&a);
+    assert_int_equal(ibv_poll_cq(a.cq, 4, wc), -1);
+    assert_int_equal(ibv_poll_cq(a.cq, 4, wc), -1);
+    ep_close(&a);
+}
+
 /* a send completion that the engine makes raises the event */
 static void test_event_send_engine(void **state)
 {
@@ -1909,6 +1931,7 @@ int main(void)
         cmocka_unit_test(test_multi_sge),
         cmocka_unit_test(test_global_route),
         cmocka_unit_test(test_cq_overrun),
+        cmocka_unit_test(test_cq_overrun_fault),
         cmocka_unit_test(test_cq_resize),
         cmocka_unit_test(test_shared_cq),
         cmocka_unit_test(test_rdma_read),
