@@ -32,9 +32,25 @@
  *   bad_tokens   more credits returned than were ever lent
  *   bad_length   a packet shorter than its header
  *   bad_type     the pscom message inside: a type that does not exist
+ *
+ * Credits that differ in the two directions (credits_asym): the client
+ * has the fewest receive and send slots there can be and returns credits
+ * at once, the server many slots and returns them alone only when all but
+ * two are owed; both post 1,500 sends at once (whole, in slices,
+ * rendezvous pushed and read), then receive them all, checked, in order.
+ *
+ * One failure whose con_error closes the other connections (three
+ * clients, traffic on every connection): client 1 dies (its connection
+ * fails on its own, fail_one), or the server's completion queue fails
+ * (the software HCA's VERBS_EMUL_FAIL=cq_overrun, at the arming when the
+ * server's wait goes to sleep: the poller ends every connection in one
+ * walk, fail_all). Every request of the server ends, every client gets
+ * its con_error, nothing hangs, and the sanitizer build sees no memory
+ * used after its free.
  */
 #include "pscom_testutil.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -297,6 +313,180 @@ static const gb_case_t gb_cases[] = {
     {"bad_type", "2:10:0x7f", NULL},
 };
 
+/* ---- credits that differ in the two directions ------------------------------- */
+
+#define CR_N 1500
+
+/* message i from side dir (1: client, 2: server): rendezvous by RDMA read
+ * (from 131072 bytes, the default), rendezvous pushed through the slots
+ * (from 40000), slices of the byte stream (more than a slot), whole */
+static size_t cr_len(uint32_t dir, uint32_t i)
+{
+    switch (i % 50) {
+    case 49: return 140000 + (i * 7919u + dir) % 90000;
+    case 24: return 41000 + (i * 6151u + dir) % 80000;
+    case 5:
+    case 15:
+    case 35: return 16500 + (i * 4099u + dir) % 23000;
+    default: return (i * 37u + dir) % 301;
+    }
+}
+
+static void cr_env(const tu_ctx_t *ctx)
+{
+    int server = ctx->rank == TU_SERVER;
+    setenv("PSP_OPENIB_RECVQ_SIZE", server ? "64" : "3", 1);
+    setenv("PSP_OPENIB_SENDQ_SIZE", server ? "64" : "1", 1);
+    setenv("PSP_OPENIB_PENDING_TOKENS", server ? "62" : "1", 1);
+}
+
+static int cr_role(tu_ctx_t *ctx)
+{
+    int server              = ctx->rank == TU_SERVER;
+    uint32_t me             = server ? 2 : 1, peer = 3 - me;
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = server ? tu_server_accept_one(ctx, sock) : tu_client_connect(ctx, sock);
+    TU_ASSERT_EQ(con->type, PSCOM_CON_TYPE_OPENIB);
+    /* the slots of this side, the credits the other's */
+    const char *started = server ? "64/64 slots, 3 credits" : "3/1 slots, 64 credits";
+    TU_ASSERT_MSG(tu_log_file_count(started) == 1, "\"%s\" logged %d times, want once", started,
+                  tu_log_file_count(started));
+    pscom_request_t **s = tu_malloc(CR_N * sizeof(*s));
+    unsigned char **buf = tu_malloc(CR_N * sizeof(*buf));
+    for (uint32_t i = 0; i < CR_N; i++) {
+        size_t len    = cr_len(me, i);
+        uint32_t seed = me << 24 | i;
+        buf[i]        = tu_malloc(len + 1);
+        tu_fill(buf[i], len, seed);
+        s[i] = pscom_request_create(sizeof(seed), 0);
+        pscom_req_prepare(s[i], con, buf[i], len, &seed, sizeof(seed));
+        pscom_post_send(s[i]);
+    }
+    for (uint32_t i = 0; i < CR_N; i++) {
+        tu_step("credits_asym: message %u of %u from the peer", i, CR_N);
+        tu_recv_pattern(con, peer << 24 | i, cr_len(peer, i));
+    }
+    for (uint32_t i = 0; i < CR_N; i++) {
+        pscom_wait(s[i]);
+        TU_ASSERT_SUCCESSFUL(s[i]);
+        pscom_request_free(s[i]);
+        free(buf[i]);
+    }
+    free(s);
+    free(buf);
+    pscom_close_socket(sock);
+    tu_log_file_remove();
+    return 0;
+}
+
+/* ---- one failure, and its con_error closes the other connections ------------- */
+
+#define FO_NC   3
+#define FO_SEND 100
+#define FO_RECV 32
+#define FO_LEN  3000
+
+static int fo_all; /* fail_all: the server's completion queue fails */
+static pscom_connection_t *fo_cons[FO_NC + 1];
+static pscom_connection_t *fo_first; /* the connection of the first con_error */
+static int fo_errs;
+
+/* The first con_error closes every other connection. With fail_all the
+ * con_errors of the others came with the first: they may run inside
+ * pscom_close_connection (its unlock runs what is queued), before their
+ * connection is closed. */
+static void fo_on_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    (void)op;
+    (void)err;
+    fo_errs++;
+    if (fo_first) return;
+    fo_first = con;
+    for (int i = 1; i <= FO_NC; i++) {
+        if (fo_cons[i] == con) continue;
+        pscom_connection_t *other = fo_cons[i];
+        fo_cons[i]                = NULL;
+        pscom_close_connection(other);
+    }
+}
+
+static int fo_server(tu_ctx_t *ctx)
+{
+    static char sbuf[FO_LEN], rbuf[FO_NC + 1][FO_RECV][FO_LEN];
+    static pscom_request_t *s[FO_NC + 1][FO_SEND], *r[FO_NC + 1][FO_RECV];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = fo_on_error;
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, fo_cons);
+    pscom_connection_t *first_client = fo_cons[1];
+    /* at the next arming, when this side's wait goes to sleep */
+    if (fo_all) setenv("VERBS_EMUL_FAIL", "cq_overrun", 1);
+    for (int c = 1; c <= FO_NC; c++) {
+        TU_ASSERT_EQ(fo_cons[c]->type, PSCOM_CON_TYPE_OPENIB);
+        for (int k = 0; k < FO_RECV; k++) r[c][k] = tu_post_recv(fo_cons[c], rbuf[c][k], FO_LEN, 4);
+        for (uint32_t k = 0; k < FO_SEND; k++) {
+            s[c][k] = pscom_request_create(sizeof(k), 0);
+            pscom_req_prepare(s[c][k], fo_cons[c], sbuf, (k * 37) % FO_LEN, &k, sizeof(k));
+            pscom_post_send(s[c][k]);
+        }
+        tu_signal(ctx, c, 1);
+    }
+    tu_step("%s: waiting for the first con_error", ctx->name);
+    while (!fo_first) pscom_wait_any();
+    unsetenv("VERBS_EMUL_FAIL");
+    if (!fo_all) { /* the others were closed before anything failed them */
+        TU_ASSERT_PTR_EQ(fo_first, first_client);
+        TU_ASSERT_EQ(fo_errs, 1);
+    }
+    tu_step("%s: waiting for every request to end", ctx->name);
+    for (int c = 1; c <= FO_NC; c++) {
+        for (int k = 0; k < FO_RECV; k++) {
+            pscom_wait(r[c][k]);
+            pscom_request_free(r[c][k]);
+        }
+        for (int k = 0; k < FO_SEND; k++) {
+            pscom_wait(s[c][k]);
+            pscom_request_free(s[c][k]);
+        }
+    }
+    if (fo_all) {
+        int n = tu_log_file_count("openib: ibv_poll_cq failed: every openib connection fails");
+        TU_ASSERT_MSG(n == 1, "the failed poll logged %d times, want once", n);
+        n = tu_log_file_count("openib: completion queue failed");
+        TU_ASSERT_MSG(n == FO_NC, "%d connections failed with the queue, want %d", n, FO_NC);
+    }
+    pscom_close_socket(sock);
+    tu_log_file_remove();
+    return 0;
+}
+
+static int fo_client(tu_ctx_t *ctx)
+{
+    static char buf[FO_LEN];
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error     = tu_on_con_error;
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 1);
+    if (!fo_all && ctx->rank == 1) raise(SIGKILL);
+    /* fail_one: traffic until the server closes this connection; fail_all:
+     * none, so that the server's wait goes to sleep */
+    for (uint32_t k = 0; !fo_all; k++) {
+        tu_step("%s: message %u to the server", ctx->name, k);
+        pscom_request_t *q = pscom_request_create(sizeof(k), 0);
+        pscom_req_prepare(q, con, buf, (k * 13) % FO_LEN, &k, sizeof(k));
+        pscom_post_send(q);
+        pscom_wait(q);
+        int ok = pscom_req_successful(q);
+        pscom_request_free(q);
+        if (!ok) break;
+    }
+    tu_step("%s: waiting for con_error", ctx->name);
+    while (!tu_error_of(con)) pscom_wait_any();
+    pscom_close_socket(sock);
+    tu_log_file_remove();
+    return 0;
+}
+
 int main(void)
 {
     setenv("PSP_OPENIB", "1", 1);
@@ -339,5 +529,13 @@ int main(void)
         gcur = &gb_cases[i];
         if (tu_run(gcur->name, 1, gb_server, gb_client, NULL)) return 1;
     }
+    tu_log_files("itest_openib", 4); /* "started (..., slots, credits)" is debug */
+    const tu_opts_t cr_opts = {.before_init = cr_env};
+    if (tu_run("credits_asym", 1, cr_role, cr_role, &cr_opts)) return 1;
+    tu_log_files("itest_openib", 3);
+    const tu_opts_t fo_opts = {.killed_must_mask = 1u << 1}; /* client 1 */
+    if (tu_run("fail_one", FO_NC, fo_server, fo_client, &fo_opts)) return 1;
+    fo_all = 1;
+    if (tu_run("fail_all", FO_NC, fo_server, fo_client, NULL)) return 1;
     return 0;
 }
