@@ -35,12 +35,13 @@ static const pscom_env_entry_t config_general[] = {
     {"RENDEZVOUS", "inf", "message size in bytes from which rendezvous is "
      "used; parent of every PSP_<PLUGIN>_RENDEZVOUS", CFG(rendezvous),
      PSCOM_ENV_UINT, 0},
-    {"SIGQUIT", "0", "on SIGQUIT dump requests, sockets, connections and "
-     "statistics", CFG(sigquit), PSCOM_ENV_INT, 0},
+    {"SIGQUIT", "0", "1: on SIGQUIT log a dump of requests, sockets, "
+     "connections, fds and statistics and go on", CFG(sigquit),
+     PSCOM_ENV_INT, 0},
     {"SIGSUSPEND", "0", "signal number that toggles suspend/resume of all "
      "connections (0 = none)", CFG(sigsuspend), PSCOM_ENV_INT, 0},
-    {"SIGSEGV", "1", "print a backtrace on SIGSEGV", CFG(sigsegv),
-     PSCOM_ENV_INT, 0},
+    {"SIGSEGV", "1", "print a backtrace on SIGSEGV, then leave the signal "
+     "to the action installed before", CFG(sigsegv), PSCOM_ENV_INT, 0},
     {"READAHEAD", "350", "bytes read at the start of a message to find its "
      "header (at least 8)", CFG(readahead), PSCOM_ENV_INT, 0},
     {"SKIPBLOCKSIZE", "8192", "chunk size used to discard the tail of a "

@@ -11,6 +11,7 @@
 #include "pscom_progress.h"
 #include "pscom_queues.h"
 #include "pscom_req.h"
+#include "pscom_signal.h"
 #include "pscom_util.h"
 
 pscom_global_t pscom = {
@@ -31,6 +32,7 @@ static void cleanup(void)
     pscom_log_force(pscom_config.debug_bye_msg, PSCOM_LOG_INFO, "Byee.");
     if (pscom_config.debug_stats) pscom_dump_reqstat(stderr);
     pscom_plugins_fini();
+    pscom_signal_fini();
     pscom_progress_fini();
     pscom_log_cleanup();
 }
@@ -56,6 +58,8 @@ PSCOM_API pscom_err_t pscom_init(int pscom_version)
         pscom.init_result = PSCOM_SUCCESS;
         if (pscom_progress_init() < 0) {
             pscom.init_result = res = PSCOM_ERR_STDERROR;
+        } else {
+            pscom_signal_init();
         }
         pscom_log_force(pscom_config.debug_version, PSCOM_LOG_INFO,
                         "# Version(pscom): " PSCOM_BUILD_VERSION " (ABI %d.%d)",

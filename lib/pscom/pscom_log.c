@@ -45,6 +45,8 @@ static struct {
 /* setup                                                                  */
 /* ---------------------------------------------------------------------- */
 
+static const char *log_host(void);
+
 static log_timing_t log_timing_parse(const char *str)
 {
     if (!str || !*str) return LOG_TIMING_NONE;
@@ -100,6 +102,7 @@ void pscom_log_setup(const char *debug_out, const char *debug_timing)
 
     log_file_close();
     if (debug_out && *debug_out) log_file_open(debug_out);
+    log_host(); /* now: pscom_log_sigsafe() may only read it */
     errno = saved_errno;
 }
 
@@ -194,6 +197,38 @@ static size_t log_fmt_prefix(char *buf, size_t size)
     }
     if (n > 0) len += (size_t)n;
     return len < size ? len : size - 1;
+}
+
+/* Append s (at most size - 1 bytes in all) */
+static size_t sigsafe_put(char *buf, size_t size, size_t len, const char *s)
+{
+    while (*s && len + 1 < size) buf[len++] = *s++;
+    buf[len] = '\0';
+    return len;
+}
+
+int pscom_log_sigsafe(char *buf, size_t size, size_t *len, const char **suffix)
+{
+    size_t n = 0;
+    if (!size) return -1;
+    buf[0] = '\0';
+    if (!log_state.file) n = sigsafe_put(buf, size, n, "<PSP:");
+    if (log_state.name[0]) {
+        n = sigsafe_put(buf, size, n, log_state.name);
+    } else {
+        char pid[24], *p = pid + sizeof(pid);
+        unsigned long v = (unsigned long)getpid();
+        *--p = '\0';
+        do {
+            *--p = (char)('0' + v % 10);
+        } while (v /= 10);
+        n = sigsafe_put(buf, size, n, log_state.host[0] ? log_state.host : "localhost");
+        n = sigsafe_put(buf, size, n, ":");
+        n = sigsafe_put(buf, size, n, p);
+    }
+    *len    = sigsafe_put(buf, size, n, ":");
+    *suffix = log_state.file ? "\n" : ">\n";
+    return log_state.file ? fileno_unlocked(log_state.file) : 2;
 }
 
 /* ---------------------------------------------------------------------- */

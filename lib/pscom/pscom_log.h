@@ -66,4 +66,11 @@ void pscom_log_set_name(const char *name, size_t len);
 /* Close a PSP_DEBUG_OUT file (at exit). */
 void pscom_log_cleanup(void);
 
+/* For a signal handler, which may call neither stdio nor malloc: the start
+ * of a log line (as pscom_log_print()'s, without the timestamp) into buf,
+ * its length into *len, the end of a line into *suffix; returns the fd
+ * the log goes to (PSP_DEBUG_OUT's, else 2). Async-signal-safe once
+ * pscom_log_setup() ran. */
+int pscom_log_sigsafe(char *buf, size_t size, size_t *len, const char **suffix);
+
 #endif /* PSCOM_LOG_H */

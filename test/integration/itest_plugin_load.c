@@ -8,7 +8,8 @@
  * must get none of that. Each case runs in a child of its own with its
  * PSP_* environment, opens a socket (which loads the plugins) and reports
  * which modules and libraries /proc/self/maps shows and whether SIGSEGV
- * still has the action it had before pscom_init.
+ * still has the action it had after pscom_init (which installs the
+ * library's own, PSP_SIGSEGV).
  *
  * PSCOM_TEST_UCP_MODULE / PSCOM_TEST_OPENIB_MODULE: 1 if that module was
  * built next to libpscom (then the cases that switch it on expect it).
@@ -67,9 +68,10 @@ static unsigned probe(const char *ucp, const char *openib)
         if (!ucp) unsetenv("PSP_UCP");
         if (openib) setenv("PSP_OPENIB", openib, 1);
         if (!openib) unsetenv("PSP_OPENIB");
-        struct sigaction before; /* a sanitizer's, or the default */
-        sigaction(SIGSEGV, NULL, &before);
         if (pscom_init(PSCOM_VERSION) != PSCOM_SUCCESS) _exit(101);
+        /* pscom_init's own (PSP_SIGSEGV), a sanitizer's, or the default */
+        struct sigaction before;
+        sigaction(SIGSEGV, NULL, &before);
         pscom_socket_t *s = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, PSCOM_SOCK_FLAG_INTRA_JOB);
         if (!s) _exit(102);
         unsigned m = mapped();
