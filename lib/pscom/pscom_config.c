@@ -52,9 +52,11 @@ static const pscom_env_entry_t config_general[] = {
     {"SHUTDOWN_TIMEOUT", "0", "seconds without progress after which closing "
      "a socket gives up (0 = wait forever)", CFG(shutdown_timeout),
      PSCOM_ENV_UINT, 0},
-    {"DEADLOCK_WARNINGS", "0", "blocking wait with nothing to wait for: "
-     "warn this many times one second apart, then exit (0 = exit at once, "
-     "-1 = never exit)", CFG(deadlock_warnings), PSCOM_ENV_INT, 0},
+    {"DEADLOCK_WARNINGS", "0", "a blocking wait that nothing can end (no "
+     "listener, connection, handshake, timer or queued callback; never with "
+     "pscom_init_thread): warn this many times one second apart, then "
+     "_exit(112) (0 = exit at once, -1 = warn once, never exit)",
+     CFG(deadlock_warnings), PSCOM_ENV_INT, 0},
     {"GUARD", "0", "keep a guard connection that detects dead peers",
      CFG(guard), PSCOM_ENV_UINT, 0},
     {"IPROBE_COUNT", "0", "pscom_iprobe() calls allowed before one forces "

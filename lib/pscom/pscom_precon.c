@@ -152,8 +152,17 @@ static void close_fd(pscom_precon_t *pre)
 
 static int flush_out(pscom_precon_t *pre);
 
+/* handshakes created and not destroyed yet (pscom_precon_running) */
+static unsigned precons;
+
+unsigned pscom_precon_running(void)
+{
+    return precons;
+}
+
 void precon_destroy(pscom_precon_t *pre)
 {
+    precons--;
     /* A last small message (REJECT, BACKCONNECT_OK) goes if the socket
      * takes it now: never blocking (a peer that reads nothing), never
      * SIGPIPE (a peer that closed; pscom_writeall's write() raised it
@@ -510,6 +519,7 @@ pscom_precon_t *precon_create(pscom_con_t *con, int is_connect)
 {
     pscom_precon_t *pre = calloc(1, sizeof(*pre));
     if (!pre) return NULL;
+    precons++;
     pre->con         = con;
     pre->is_connect  = is_connect;
     pre->cand_idx    = -1;

@@ -44,4 +44,8 @@ int pscom_precon_accept(pscom_con_t *con, int fd);
 /* Stop a handshake (local close, socket close): the connection fails. */
 void pscom_precon_abort(pscom_precon_t *pre);
 
+/* Handshakes running, of connections listed or not (a DIRECT connect's
+ * connection is listed only once connected): deadlock detection. */
+unsigned pscom_precon_running(void);
+
 #endif /* PSCOM_PRECON_H */

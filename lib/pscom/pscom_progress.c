@@ -4,6 +4,8 @@
 #include "pscom_progress.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -15,6 +17,7 @@
 #include "pscom_log.h"
 #include "pscom_plugin.h"
 #include "pscom_req.h"
+#include "pscom_sock.h"
 #include "pscom_util.h"
 
 #define MAX_EVENTS   64
@@ -81,6 +84,7 @@ static pscom_list_t pollers = PSCOM_LIST_INIT(pollers);
 static unsigned pollers_active;
 static pscom_list_t pollers_asleep = PSCOM_LIST_INIT(pollers_asleep); /* pscom_poller_t.sleep */
 static unsigned hot_fds; /* registered fds that are not quiet */
+static unsigned ufds;    /* registered fds, the wake-up fd not counted */
 
 static pscom_list_t timers = PSCOM_LIST_INIT(timers);
 
@@ -147,6 +151,7 @@ int pscom_ufd_add(pscom_ufd_t *ufd)
     }
     ufd->registered = 1;
     if (!ufd->quiet) hot_fds++;
+    if (ufd != &wake_ufd) ufds++;
     return 0;
 }
 
@@ -168,6 +173,7 @@ void pscom_ufd_del(pscom_ufd_t *ufd)
     epoll_ctl(epfd, EPOLL_CTL_DEL, ufd->fd, NULL);
     ufd->registered = 0;
     if (!ufd->quiet) hot_fds--;
+    if (ufd != &wake_ufd) ufds--;
 }
 
 /* out of the list of sleepers, if there */
@@ -503,8 +509,92 @@ static int offer_cpu(int (*done)(void *arg), void *arg)
     return pscom.threaded && done(arg);
 }
 
-static void wait_passes(int (*done)(void *arg), void *arg)
+/* ---- deadlock (PSP_DEADLOCK_WARNINGS) ---------------------------------------- */
+
+#define DEADLOCK_WHAT                                                                      \
+    "deadlock: blocking wait with nothing to wait for (no listener, no connection that " \
+    "can bring anything, no timer, no callback queued)"
+
+/* Can nothing end a blocking wait any more? What can: a timer (connect
+ * back-off, handshake watchdog, on-demand wait, listener pause, ucp's
+ * endpoint linger), an io_done callback queued, and, with
+ * pscom_init_thread, every other thread: it may post a send, listen or
+ * connect at any time, so a threaded process is never taken to be stuck
+ * (we cannot know what its threads will do). Then either nothing else is
+ * left at all (no fd in the epoll set, no polled transport, awake or
+ * asleep in a wait), or what is left serves nothing a wait can get
+ * (pscom_socks_can_bring_anything(): no listener, no handshake, no
+ * connection with a transport other than the loopback; ucp's worker keeps
+ * its poller or event fd without connections). A loopback connection
+ * delivers while a message is posted, so a wait on one is over before it
+ * begins or waits for the waiting thread itself. Without threads nothing
+ * but a progress pass changes any of this (signal handlers may not call
+ * into pscom): once true, it stays true. */
+static int nothing_to_wait_for(void)
 {
+    if (pscom.threaded || !pscom_list_empty(&timers) || !pscom_list_empty(&pscom.io_doneq))
+        return 0;
+    if (!ufds && !pollers_active && pscom_list_empty(&pollers_asleep)) return 1;
+    return !pscom_socks_can_bring_anything();
+}
+
+/* Sleep up to ms (epoll_wait on the empty set; poll() without a set, when
+ * pscom_init failed to make one). */
+static void idle_sleep(int ms)
+{
+    if (epfd >= 0) {
+        pscom_progress(ms);
+    } else if (poll(NULL, 0, ms) < 0) { /* EINTR: the caller looks at the clock */
+    }
+}
+
+/* Stay in the wait for one second: 0 after it, 1 as soon as something to
+ * wait for appeared or done(arg) holds (the wait then goes on as usual). */
+static int deadlock_second(int (*done)(void *arg), void *arg)
+{
+    uint64_t end = pscom_time_us() + 1000000u;
+    for (;;) {
+        uint64_t now = pscom_time_us();
+        if (now >= end) return 0;
+        idle_sleep((int)((end - now + 999) / 1000));
+        if (!nothing_to_wait_for() || done(arg)) return 1;
+    }
+}
+
+/* A blocking wait that nothing can end (nothing_to_wait_for()):
+ * PSP_DEADLOCK_WARNINGS=0 exits at once, N > 0 warns N times a second
+ * apart and exits, a negative value (-1 is stored as UINT_MAX) says so
+ * once per wait, which then goes on as if nothing was found. The exit is
+ * _exit(112): no atexit handlers (closing the sockets would wait the same
+ * way). The lines go out at every log level (PSP_DEBUG=0 too). Returns
+ * when the wait is to go on. */
+static __attribute__((noinline)) void deadlock(int (*done)(void *arg), void *arg, int *said)
+{
+    unsigned n = pscom_config.deadlock_warnings;
+    if (done(arg)) return;
+    if (n > INT_MAX) {
+        if (!*said)
+            pscom_log(PSCOM_LOG_FATAL, DEADLOCK_WHAT "; waiting on (PSP_DEADLOCK_WARNINGS=%d)",
+                      (int)n);
+        *said = 1;
+        return;
+    }
+    for (unsigned i = 1; i <= n; i++) {
+        pscom_log(PSCOM_LOG_FATAL,
+                  DEADLOCK_WHAT "; warning %u of %u, exit 112 after the last "
+                                "(PSP_DEADLOCK_WARNINGS=%u)",
+                  i, n, n);
+        if (deadlock_second(done, arg)) return;
+    }
+    pscom_log(PSCOM_LOG_FATAL, DEADLOCK_WHAT "; exit 112 (PSP_DEADLOCK_WARNINGS=%u)", n);
+    _exit(112);
+}
+
+/* timed: done(arg) may turn true by the clock alone (pscom_wait_until_timed):
+ * such a wait is no deadlock */
+static void wait_passes(int (*done)(void *arg), void *arg, int timed)
+{
+    int deadlock_said = 0;
     uint64_t idle_since = 0, next_yield = YIELD_EVERY_US;
     unsigned idle_passes = 0;
     for (;;) {
@@ -536,6 +626,15 @@ static void wait_passes(int (*done)(void *arg), void *arg)
         uint64_t now = pscom_time_us();
         if (!idle_since) idle_since = now;
         uint64_t idle = now - idle_since;
+        /* nothing at all left that could end the wait: the sooner said the
+         * better (what is left of transports without connections is
+         * looked at only when the wait would sleep, below) */
+        if (pscom_unlikely(!ufds && !pollers_active) && !timed && !deadlock_said &&
+            nothing_to_wait_for()) {
+            deadlock(done, arg, &deadlock_said);
+            if (done(arg)) return;
+            continue;
+        }
         if (idle >= next_yield) {
             next_yield = idle + YIELD_EVERY_US;
             if (offer_cpu(done, arg)) return;
@@ -545,6 +644,11 @@ static void wait_passes(int (*done)(void *arg), void *arg)
          * its polling moves on */
         if (idle < (uint64_t)pscom_config.wait_spin_us * PSCOM_WAIT_BUSY_FACTOR && pollers_busy())
             continue;
+        if (!timed && !deadlock_said && nothing_to_wait_for()) {
+            deadlock(done, arg, &deadlock_said);
+            if (done(arg)) return;
+            continue;
+        }
         /* idle for a while: sleep in the kernel until an fd event. Polled
          * transports cannot wake us, so with those we only nap. */
         pscom.stats.sleeps++;
@@ -560,6 +664,14 @@ void pscom_wait_until(int (*done)(void *arg), void *arg)
 {
     if (done(arg)) return;
     waiters++;
-    wait_passes(done, arg);
+    wait_passes(done, arg, 0);
+    waiters--;
+}
+
+void pscom_wait_until_timed(int (*done)(void *arg), void *arg)
+{
+    if (done(arg)) return;
+    waiters++;
+    wait_passes(done, arg, 1);
     waiters--;
 }

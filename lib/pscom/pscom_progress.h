@@ -21,8 +21,15 @@ void pscom_progress_fini(void);
 int pscom_progress(int timeout_ms);
 
 /* Block (spin, then sleep in the kernel) until done(arg) is true. Runs
- * queued io_done callbacks while waiting. Called with the lock held. */
+ * queued io_done callbacks while waiting. Called with the lock held.
+ * Without threads, a wait that nothing can end any more (no timer, no
+ * queued callback, no listener, handshake or connection that can bring
+ * anything) is a deadlock: it ends the process with exit code 112
+ * (PSP_DEADLOCK_WARNINGS). */
 void pscom_wait_until(int (*done)(void *arg), void *arg);
+/* The same for a done(arg) that may turn true by the clock alone (a
+ * deadline it checks itself): never taken for a deadlock. */
+void pscom_wait_until_timed(int (*done)(void *arg), void *arg);
 
 /* Free ptr at the start of the next progress pass (objects an fd handler
  * further up the stack may still touch). */

@@ -35,6 +35,12 @@ static inline pscom_sock_t *pscom_sock_from_pub(pscom_socket_t *socket)
 /* An on-demand connection of the socket got connected, failed or closed. */
 void pscom_sock_ondemand_changed(pscom_sock_t *sock);
 
+/* Can a blocking wait still get anything through the sockets? Deadlock
+ * detection (pscom_progress.c), for the case that fds or pollers are left
+ * that serve none of them (ucp's worker without connections). Yes while
+ * no socket is open. */
+int pscom_socks_can_bring_anything(void);
+
 /* Is this con_type allowed on the socket? */
 static inline int pscom_sock_con_type_ok(pscom_sock_t *sock, pscom_con_type_t type)
 {

@@ -284,7 +284,13 @@ PSCOM_PLUGIN_API int pscom_write_pending(pscom_con_t *con);
  * with an error and calls the plugin's close(). */
 PSCOM_PLUGIN_API void pscom_con_transport_error(pscom_con_t *con, pscom_op_t op, int err);
 
-/* ---- progress engine ---------------------------------------------------- */
+/* ---- progress engine ---------------------------------------------------- *
+ * Deadlock detection (PSP_DEADLOCK_WARNINGS) takes a transport's fds and
+ * pollers to bring something only through its connections or a running
+ * handshake: while the process has neither (and no timer, nothing queued,
+ * no threads), a blocking wait ends the process with exit code 112, whatever
+ * fds or pollers a transport keeps. A transport that can complete something
+ * without them must keep a timer armed meanwhile. */
 
 struct pscom_ufd {
     int fd;
