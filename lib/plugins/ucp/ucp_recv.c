@@ -801,17 +801,28 @@ void ucp_rx_close(ucp_con_t *uc)
  * After the endpoint was closed: a DATA receive that UCX had matched
  * already writes into the core's buffer (pinned, or a posted receive),
  * which the core frees or hands back to the user as soon as our close op
- * returns. Let it end first: progress the worker until it completes. With
- * the endpoint closed UCX fails a rendezvous at once, and an eager message
- * completes as soon as its last fragment is in; if the peer died in the
- * middle of one, nothing more can arrive, and after UCP_RX_DRAIN_US we give
- * up waiting (the request is then orphaned: recv_cb frees it).
+ * returns. One through the partial datatype (a truncating receive) writes
+ * only through pt_unpack: cut off at once, it writes nothing more. Any
+ * other one is let end first: progress the worker until it completes.
+ * With the endpoint closed UCX fails a rendezvous at once, and an eager
+ * message completes as soon as its last fragment is in; if the peer died
+ * in the middle of one, nothing more can arrive, and after UCP_RX_DRAIN_US
+ * we give up waiting (the request is then orphaned: recv_cb frees it).
+ * A live peer that stopped in the middle of one and goes on later still
+ * gets its fragments into that buffer (README.md *Open*;
+ * itest_ucp_garbage ucp_garbage_late_data shows it with a receive of the
+ * message's exact size; until 2026-11-29 also with a truncating one).
  */
 void ucp_rx_close_end(ucp_con_t *uc)
 {
     ucp_req_t *r = uc->rx_req;
     if (!r) return;
-    if (!r->completed && r->type == UCP_REQ_DATA) {
+    if (!r->completed && r->type == UCP_REQ_DATA && r->partial) {
+        r->partial->keep = 0;
+        plog_dbg("%s: ucp: a receive of %zu bytes goes on after the close; nothing more of it "
+                 "is stored",
+                 pscom_con_name(uc->con), r->len);
+    } else if (!r->completed && r->type == UCP_REQ_DATA) {
         uint64_t t0 = ucp_now_us();
         while (!r->completed && ucp_now_us() - t0 < UCP_RX_DRAIN_US) ucp_worker_progress(ucp_g.worker);
         /* not silent: the buffer goes back while UCX may still write it */
