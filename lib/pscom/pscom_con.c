@@ -377,6 +377,9 @@ void pscom_con_rndv_sends_drained(pscom_con_t *con)
 {
     if (!con->eof_deferred || !pscom_list_empty(&con->rndv_sends)) return;
     con->eof_deferred = 0;
+    /* the transport failed meanwhile (the last one's DATA could not go
+     * out): the connection is closed, no EOF (it would stay queued) */
+    if (con->transport_closed) return;
     queue_eof(con);
     if (con->eof_sent) con->pub.state = PSCOM_CON_STATE_CLOSE_WAIT;
     check_closed(con);

@@ -195,9 +195,26 @@ static int take_message(pscom_con_t *con, char *p, size_t need, size_t avail, ui
     return 0;
 }
 
-/* After take_message() and moving the buffer on: complete the message if
- * all its data is in. Returns 1 to stop reading (EOF). */
-static int message_check_done(pscom_con_t *con, uint8_t type)
+/* len bytes arrived after the peer's EOF message. The read side ended
+ * there (spec 5.7): they are not parsed. A peer that sends after its EOF
+ * is broken (ours never does: nothing is queued behind an EOF), so this is
+ * a protocol error. Returns 1 (stop reading). */
+static int after_eof(pscom_con_t *con, size_t len)
+{
+    if (!len) return 1;
+    plog_err("%s: protocol error: message after the peer's EOF (%zu bytes); closing the "
+             "connection",
+             pscom_con_name(con), len);
+    pscom_con_transport_error(con, PSCOM_OP_READ, EPROTO);
+    return 1;
+}
+
+/* After take_message() and moving the buffer on (rest: bytes behind the
+ * message in the caller's buffer): complete the message if all its data
+ * is in. Returns 1 to stop reading: an EOF, or the message's completion
+ * closed the connection (say a rendezvous answer that failed to go out),
+ * and no later message may be taken then: none would ever complete. */
+static int message_check_done(pscom_con_t *con, uint8_t type, size_t rest)
 {
     pscom_con_in_t *in = &con->in;
     if (in->data_done != in->data_len) {
@@ -206,11 +223,11 @@ static int message_check_done(pscom_con_t *con, uint8_t type)
     }
     message_done(con);
     if (pscom_unlikely(type == PSCOM_MSGTYPE_EOF)) {
-        in->fill = 0; /* nothing may follow an EOF */
+        in->fill = 0; /* the read side ends here */
         pscom_con_eof_received(con);
-        return 1;
+        return after_eof(con, rest); /* (said even if our EOF had left: closed now) */
     }
-    return 0;
+    return pscom_unlikely(con->transport_closed);
 }
 
 /* Parse what the readahead buffer holds. Returns 1 to stop reading. */
@@ -231,7 +248,7 @@ static int process_buffer(pscom_con_t *con)
         if (take_message(con, in->buf, need, in->fill, type, dlen, &used)) return 1;
         if (in->fill > used) memmove(in->buf, in->buf + used, in->fill - used);
         in->fill -= used;
-        if (message_check_done(con, type)) return 1;
+        if (message_check_done(con, type, in->fill)) return 1;
     }
     return 0;
 }
@@ -278,11 +295,13 @@ int pscom_read_done(pscom_con_t *con, size_t len)
     if (pscom_unlikely(in->pinned)) read_unpin(con, len);
     if (!len) return 0;
     pscom.progress_counter++;
+    if (pscom_unlikely(con->eof_received)) return con->transport_closed ? 1 : after_eof(con, len);
     if (in_data_phase(in)) {
         in->data_done += len;
         if (in->req) in->req->data_done = in->data_done;
         if (in->data_done < in->data_len) return 0;
         message_done(con);
+        if (pscom_unlikely(con->transport_closed)) return 1; /* closed by its completion */
         return in->fill ? process_buffer(con) : 0;
     }
     in->fill += len;
@@ -326,6 +345,7 @@ int pscom_read_msg(pscom_con_t *con, const char *buf, size_t len)
 int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len)
 {
     pscom_con_in_t *in = &con->in;
+    if (pscom_unlikely(con->eof_received)) return con->transport_closed ? 1 : after_eof(con, len);
     /* Fast path: a message-oriented transport feeds whole messages. While
      * the parser is between messages (nothing buffered), one whose header
      * and xheader are here is parsed in place, its data stored straight from
@@ -342,7 +362,7 @@ int pscom_read_feed(pscom_con_t *con, const char *buf, size_t len)
         if (take_message(con, (char *)buf, need, len, type, dlen, &used)) return 1;
         buf += used;
         len -= used;
-        if (message_check_done(con, type)) return 1;
+        if (message_check_done(con, type, len)) return 1;
         if (!len) return 0; /* the usual case: one whole message */
     }
     while (len) {

@@ -305,10 +305,20 @@ int pscom_recv_cancel(pscom_req_t *req)
 
 void pscom_unexpected_drop_con(pscom_con_t *con)
 {
-    pscom_list_t *pos, *tmp;
-    pscom_list_for_each_safe(pos, tmp, &con->genrecvq) {
-        pscom_req_t *gen = pscom_list_entry(pos, pscom_req_t, next);
+    /* one at a time from the head: telling a rendezvous sender may feed a
+     * loopback connection's answers at once */
+    while (!pscom_list_empty(&con->genrecvq)) {
+        pscom_req_t *gen = pscom_list_entry(con->genrecvq.next, pscom_req_t, next);
         unexpected_unlink(gen);
+        if (gen->flags & PSCOM_REQF_RNDV) {
+            /* an announcement (never the message being read): its sender
+             * waits for an answer, and would keep its EOF back for it */
+            pscom_rndv_rts_t rts;
+            memcpy(&rts, gen->pub.user, sizeof(rts));
+            pscom_req_free(gen);
+            pscom_rndv_decline(con, &rts);
+            continue;
+        }
         if (con->in.req == gen) {
             if (con->in.pinned) { /* the transport writes into gen: at its read_done */
                 con->in.pin_drop = 1;

@@ -29,7 +29,8 @@ int pscom_recv_cancel(pscom_req_t *req);
 /* Find an unexpected message for a probe request (no dequeue). */
 pscom_req_t *pscom_unexpected_find(pscom_request_t *request);
 
-/* Connection closing: drop its unexpected messages. */
+/* Connection closing: drop its unexpected messages (the sender of a
+ * rendezvous announcement among them is told: pscom_rndv_decline). */
 void pscom_unexpected_drop_con(pscom_con_t *con);
 /* Fail (ERROR) the posted receives of the connection, also parked ones. */
 void pscom_recv_fail_con(pscom_con_t *con);

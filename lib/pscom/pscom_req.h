@@ -38,6 +38,7 @@ struct pscom_req {
     };
     pscom_con_t *con;       /* unexpected / internal: its connection */
     uint64_t id;            /* rendezvous / RMA: id the peer refers to it by */
+    uint64_t rndv_len;      /* rendezvous receive: the data bytes its CTS asked for */
     /* Internal completion (lock held): called instead of the standard
      * completion when the request's bytes are sent or received, also when
      * it failed (ERROR set). It owns the request from then on. */

@@ -134,6 +134,13 @@ static void send_fin(pscom_con_t *con, uint64_t sender_id, uint64_t status)
     if (req) pscom_con_send_ctrl(con, req);
 }
 
+int pscom_rndv_decline(pscom_con_t *con, const pscom_rndv_rts_t *rts)
+{
+    if (!pscom_con_writable(con)) return 0; /* our EOF is out: the peer's send fails at it */
+    send_fin(con, le64toh(rts->sender_id), PSCOM_RNDV_FIN_DROPPED);
+    return 1;
+}
+
 /* Read len bytes of the sender's buffer src straight into dst: with the
  * key its transport exported, or without one (memory the transport can
  * read as it is). 0, or <0: push mode then. */
@@ -167,9 +174,10 @@ void pscom_rndv_matched(pscom_con_t *con, pscom_req_t *req, const pscom_rndv_rts
     }
     pscom_rndv_cts_t cts = {.sender_id = htole64(sender_id), .len = htole64(len)};
     if (len) {
-        req->id  = next_id++;
-        req->con = con;
-        cts.recv_id = htole64(req->id);
+        req->id       = next_id++;
+        req->con      = con;
+        req->rndv_len = len; /* the DATA must bring exactly this */
+        cts.recv_id   = htole64(req->id);
         pscom_list_add_tail(&req->next, &con->rndv_recvs);
     }
     pscom_req_t *creq = pscom_ctrl_create(PSCOM_MSGTYPE_RENDEZVOUS_CTS, &cts, sizeof(cts), 0);
@@ -192,6 +200,16 @@ static void rts_arrived(pscom_req_t *tmp)
     }
     pscom_rndv_rts_t rts;
     memcpy(&rts, tmp->pub.data, sizeof(rts));
+    if (con->user_closed) {
+        /* spec 5.7: after a local close nothing is matched any more (an
+         * any-source receive would be taken and failed): dropped, as the
+         * close dropped the unexpected messages before it */
+        int told = pscom_rndv_decline(con, &rts);
+        plog_dbg("%s: rendezvous announcement after the close: dropped%s", pscom_con_name(con),
+                 told ? " (FIN with an error status sent)" : "");
+        pscom_req_free(tmp);
+        return;
+    }
     /* present it to matching as the USER message it stands for */
     pscom_wire_header_encode(&tmp->pub.header, (uint16_t)tmp->pub.xheader_len,
                              PSCOM_MSGTYPE_USER, le64toh(rts.data_len));
@@ -233,6 +251,17 @@ static int recv_data(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **req
     pscom_req_t *req = find_id(&con->rndv_recvs, le64toh(recv_id));
     if (!req) {
         plog_err("%s: rendezvous: data for an unknown receive", pscom_con_name(con));
+        return -1;
+    }
+    uint16_t xlen;
+    uint8_t type;
+    uint64_t dlen;
+    pscom_wire_header_decode(hn, &xlen, &type, &dlen);
+    if (dlen != req->rndv_len) {
+        /* the receive stays in rndv_recvs: the connection's failure fails it */
+        plog_err("%s: rendezvous: DATA of %llu bytes for a receive that asked for %llu",
+                 pscom_con_name(con), (unsigned long long)dlen,
+                 (unsigned long long)req->rndv_len);
         return -1;
     }
     pscom_list_del(&req->next);

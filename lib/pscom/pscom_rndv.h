@@ -28,6 +28,16 @@ int pscom_rndv_recv(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **req)
 /* The user's receive req matched a rendezvous request. */
 void pscom_rndv_matched(pscom_con_t *con, pscom_req_t *req, const struct pscom_rndv_rts *rts);
 
+/* FIN status of an announcement the receiver dropped (local close). */
+#define PSCOM_RNDV_FIN_DROPPED 1
+
+/* The announcement rts of con is dropped unmatched (a local close): tell
+ * the sender with a FIN of status PSCOM_RNDV_FIN_DROPPED, so that its send
+ * ends with ERROR and a deferred EOF of its side goes out. Only while con
+ * can still send (returns 1 then): once our EOF is queued the sender's
+ * send fails at it anyway. */
+int pscom_rndv_decline(pscom_con_t *con, const struct pscom_rndv_rts *rts);
+
 /* The connection failed: end its pending rendezvous sends and receives. */
 void pscom_rndv_fail_con(pscom_con_t *con);
 

@@ -12,6 +12,14 @@
  *  - sizes 0 B .. 1 MiB with xheaders, pscom_send/pscom_recv_from;
  *  - a NULL endpoint string, ONDEMAND and even no flags also give LOOP
  *    connections (one con_accept each); messages stay on their connection.
+ *
+ * loopback_rndv_unreceived (PSP_RENDEZVOUS=1024): a rendezvous send that
+ * no receive takes, then pscom_close_connection() resp. pscom_close_socket()
+ * without a wait before. Spec 5.7 (local close): the unexpected messages
+ * are dropped (its announcement among them) and the send ends with ERROR;
+ * both closes return. Until 2026-11-29 the close held the EOF back for the
+ * send's data, which no receive would ever ask for: pscom_wait() on the
+ * send and pscom_close_socket() hung.
  */
 #include "pscom_testutil.h"
 
@@ -197,7 +205,45 @@ static int server(tu_ctx_t *ctx)
     return 0;
 }
 
+/* A loopback connection with a 4 KiB rendezvous send no receive takes. */
+static pscom_request_t *unreceived_send(pscom_socket_t *sock, unsigned char *buf, size_t len)
+{
+    pscom_connection_t *con = pscom_open_connection(sock);
+    TU_ASSERT_NOT_NULL(con);
+    TU_ASSERT_OK(pscom_connect(con, NULL, 0, PSCOM_CON_FLAG_DIRECT));
+    TU_ASSERT_EQ(con->type, PSCOM_CON_TYPE_LOOP);
+    pscom_request_t *s = make_send(con, buf, len, 8, 55);
+    pscom_post_send(s);
+    TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
+    TU_ASSERT(!pscom_req_is_done(s)); /* its announcement waits for a receive */
+    return s;
+}
+
+static int rndv_unreceived(tu_ctx_t *ctx)
+{
+    static unsigned char buf[4096];
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+
+    tu_step("close the connection");
+    pscom_request_t *s = unreceived_send(sock, buf, sizeof(buf));
+    pscom_close_connection(s->connection);
+    pscom_wait(s);
+    TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(s);
+
+    tu_step("close the socket");
+    s = unreceived_send(sock, buf, sizeof(buf));
+    pscom_close_socket(sock);
+    pscom_wait(s);
+    TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(s);
+    return 0;
+}
+
 int main(void)
 {
-    return tu_run("loopback", 0, server, NULL, NULL);
+    if (tu_run("loopback", 0, server, NULL, NULL)) return 1;
+    setenv("PSP_RENDEZVOUS", "1024", 1);
+    tu_opts_t opts = {.timeout = 20};
+    return tu_run("loopback_rndv_unreceived", 0, rndv_unreceived, NULL, &opts);
 }
