@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pscom_config.h"
 #include "pscom_core.h"
@@ -120,12 +121,33 @@ static void load_module(plugin_entry_t *p)
         snprintf(path, sizeof(path), "%slibpscom4%s.so", dirs[i], name);
         void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         if (!dl) {
-            plog_verb("plugin %s: %s", name, dlerror());
+            const char *why = dlerror();
+            size_t pl       = strlen(path);
+            if (!strncmp(why, path, pl) && !strncmp(why + pl, ": ", 2)) why += pl + 2;
+            /* a module in PSP_PLUGINDIR was put there to be used: that it
+             * cannot be (an undefined symbol, a library missing) is an
+             * error; one not there, or not loadable next to libpscom (say
+             * its UCX is not installed on this node), is not */
+            if (dirs[i] == pscom_config.plugindir && access(path, F_OK) == 0) {
+                plog_err("plugin %s: cannot be loaded: %s: rejected", path, why);
+            } else {
+                plog_verb("plugin %s: %s", name, why);
+            }
             continue;
         }
         const pscom_plugin_desc_t *d = dlsym(dl, "pscom_plugin_desc");
-        if (!d || !desc_valid(d, path) || strcmp(d->name, name)) {
-            if (!d) plog_err("plugin %s: no symbol pscom_plugin_desc: rejected", path);
+        if (!d) {
+            plog_err("plugin %s: no symbol pscom_plugin_desc: rejected", path);
+            dlclose(dl);
+            continue;
+        }
+        if (!desc_valid(d, path)) {
+            dlclose(dl);
+            continue;
+        }
+        if (strcmp(d->name, name)) {
+            plog_err("plugin %s: its descriptor names the plugin \"%s\", not \"%s\": rejected",
+                     path, d->name, name);
             dlclose(dl);
             continue;
         }
