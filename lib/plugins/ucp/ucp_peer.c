@@ -207,10 +207,38 @@ static void ep_end(ucp_pep_t *e)
     }
 }
 
+/* endpoints whose close is under way (ucp_pep_t.next, .close_req) */
+static pscom_list_t closing = PSCOM_LIST_INIT(closing);
+
+/* Is e one of ours (open, or its close under way), not freed? */
+static int ep_known(const ucp_pep_t *e)
+{
+    pscom_list_t *pos, *pos2;
+    pscom_list_for_each(pos, &closing)
+    {
+        if (pscom_list_entry(pos, ucp_pep_t, next) == e) return 1;
+    }
+    pscom_list_for_each(pos, &peers)
+    {
+        ucp_peer_t *p = pscom_list_entry(pos, ucp_peer_t, next);
+        pscom_list_for_each(pos2, &p->eps)
+        {
+            if (pscom_list_entry(pos2, ucp_pep_t, next) == e) return 1;
+        }
+    }
+    return 0;
+}
+
+/* UCX 1.13 may call an endpoint's error handler after ucp_ep_close_nbx()
+ * with FORCE has returned at once, and e has been freed (ep_end): over its
+ * tcp, when the connection of an endpoint closed that way fails later (seen
+ * at exit; ASan in itest_ucp_garbage ucp_garbage_late_data.ucp-tcp,
+ * 2026-11-29). So e is looked at only if it is still ours; a closing one
+ * has no ep any more. */
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     ucp_pep_t *e = arg;
-    if (e->ep != ep) return;
+    if (!ep_known(e) || e->ep != ep) return;
     plog_dbg("ucp: endpoint error: %s", ucs_status_string(status));
     e->ucx_failed = 1;
     ep_orphan_all(e);
@@ -350,9 +378,6 @@ static void attach(ucp_con_t *uc, ucp_pep_t *e)
     uc->self_peer = p->addr_len == ucp_g.addr_len && !memcmp(p->addr, ucp_g.addr, p->addr_len);
     pscom_list_add_tail(&uc->peer_next, &e->cons);
 }
-
-/* endpoints whose close is under way (ucp_pep_t.next, .close_req) */
-static pscom_list_t closing = PSCOM_LIST_INIT(closing);
 
 static void ep_close_cb(void *request, ucs_status_t status, void *user_data)
 {

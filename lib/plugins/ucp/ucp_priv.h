@@ -250,6 +250,8 @@ typedef struct ucp_global {
     pscom_list_t failed;       /* connections with a failure to report */
     pscom_list_t prepost;      /* idle connections to post a receive for (ucp_recv.c) */
     pscom_list_t wiring;       /* connections whose handshake waits for the wire-up */
+    pscom_list_t orphan_reqs;  /* the orphans (ucp_req_t.pep_next): at exit, what they
+                                  hold of ours is freed after the worker (ucp_worker_fini) */
 } ucp_global_t;
 extern ucp_global_t ucp_g;
 
@@ -338,6 +340,7 @@ static inline void ucp_req_orphan(ucp_req_t *r)
 {
     if (r->orphan) return;
     pscom_list_del(&r->pep_next);
+    pscom_list_add_tail(&r->pep_next, &ucp_g.orphan_reqs);
     r->orphan = 1;
     ucp_g.orphans++;
 }
