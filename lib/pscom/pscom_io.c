@@ -135,6 +135,15 @@ static int dispatch(pscom_con_t *con, pscom_header_net_t *hn, uint8_t type, uint
     int err;
     switch (type) {
     case PSCOM_MSGTYPE_USER:
+        if (pscom_unlikely(con->user_closed)) {
+            /* closed by the user: nothing of it is delivered any more
+             * (its unexpected messages were dropped at the close, a
+             * rendezvous announcement is declined); the data is skipped */
+            plog_dbg("%s: message of %llu data bytes after the close dropped",
+                     pscom_con_name(con), (unsigned long long)dlen);
+            in->req = NULL;
+            return 0;
+        }
         in->req = pscom_match_incoming(con, hn, NULL);
         if (!in->req) return protocol_error(con, "unexpected message too large to buffer", 0);
         return 0;

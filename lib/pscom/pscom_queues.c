@@ -181,7 +181,9 @@ matched:
 pscom_req_t *pscom_match_first_posted(pscom_con_t *con, pscom_header_net_t *hn, size_t xlen,
                                       uint64_t dlen)
 {
-    if (con->sock->pub.ops.default_recv || pscom_list_empty(&con->recvq_user)) return NULL;
+    if (con->sock->pub.ops.default_recv || pscom_list_empty(&con->recvq_user) ||
+        pscom_unlikely(con->user_closed)) /* dropped by the long way */
+        return NULL;
     pscom_req_t *req = pscom_list_entry(con->recvq_user.next, pscom_req_t, next);
     if (req->pub.ops.recv_accept || req->on_done) return NULL;
     dequeue(req); /* a specific receive: nothing to unpark */

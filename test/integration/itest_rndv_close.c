@@ -23,6 +23,10 @@
  *                           rendezvous. Its announcement, arriving after the
  *                           close, is dropped: the receive stays posted (it
  *                           can be cancelled), the send ends with ERROR.
+ *   rndv_close_late_eager   the same with a small (eager) message: dropped
+ *                           too, the receive stays posted (until
+ *                           2026-11-29 it took the any-source receive, of
+ *                           a connection the user had closed).
  * Until 2026-11-29 the first two hung (each side kept its EOF back for
  * the data of its send, waiting for a CTS that the other, closed, never
  * sent), and in the third the late announcement took the any-source
@@ -173,7 +177,10 @@ static int both_client(tu_ctx_t *ctx)
     return 0;
 }
 
-#define LATE_RTS_LOG "rendezvous announcement after the close"
+#define LATE_RTS_LOG   "rendezvous announcement after the close"
+#define LATE_EAGER_LOG "data bytes after the close dropped"
+
+static int late_eager; /* rndv_close_late_eager: a small message instead */
 
 static int late_server(tu_ctx_t *ctx)
 {
@@ -192,8 +199,9 @@ static int late_server(tu_ctx_t *ctx)
     pscom_close_connection(con);
     tu_signal(ctx, 1, SIG_GO); /* the client's send comes after the close */
     tu_step("wait for the late announcement");
-    while (!pscom_req_is_done(r) && !tu_log_file_count(LATE_RTS_LOG)) pscom_wait_any();
-    TU_ASSERT_MSG(!pscom_req_is_done(r), "the late announcement took the any-source receive: %s",
+    const char *said = late_eager ? LATE_EAGER_LOG : LATE_RTS_LOG;
+    while (!pscom_req_is_done(r) && !tu_log_file_count(said)) pscom_wait_any();
+    TU_ASSERT_MSG(!pscom_req_is_done(r), "the late message took the any-source receive: %s",
                   tu_state_str(r->state));
     TU_ASSERT_EQ(pscom_cancel_recv(r), 1);
     TU_ASSERT_STATE_HAS(r->state, PSCOM_REQ_STATE_CANCELED);
@@ -212,7 +220,18 @@ static int late_client(tu_ctx_t *ctx)
     unsigned char *buf      = tu_malloc(BIG);
     tu_signal(ctx, TU_SERVER, SIG_READY);
     TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_GO);
-    expect_failed(post_big(con, buf, 3));
+    if (late_eager) {
+        /* goes out at once; whether it then sees the server's EOF first
+         * decides its state: either is right */
+        pscom_request_t *e = pscom_request_create(4, 0);
+        uint32_t seq       = 4;
+        pscom_req_prepare(e, con, buf, SMALL, &seq, 4);
+        pscom_post_send(e);
+        pscom_wait(e);
+        pscom_request_free(e);
+    } else {
+        expect_failed(post_big(con, buf, 3));
+    }
     tu_signal(ctx, TU_SERVER, SIG_SENT);
     pscom_close_connection(con);
     pscom_close_socket(sock);
@@ -235,5 +254,7 @@ int main(void)
     if (tu_run("rndv_close_both_probed", 1, both_server, both_client, &opts)) return 1;
     tu_log_files("itest_rndv_close", 4); /* the late announcement is said at debug level */
     if (tu_run("rndv_close_late_rts", 1, late_server, late_client, &opts)) return 1;
+    late_eager = 1;
+    if (tu_run("rndv_close_late_eager", 1, late_server, late_client, &opts)) return 1;
     return 0;
 }
