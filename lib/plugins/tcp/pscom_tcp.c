@@ -4,6 +4,12 @@
  * messages as fit leave in one sendmsg(); incoming data is read straight
  * into the matched receive buffer. SIGPIPE is never raised (MSG_NOSIGNAL).
  *
+ * A failed write (the peer died: reset, broken pipe) does not fail the
+ * connection at once: what the peer sent before is in our socket still
+ * (Linux keeps received data readable after a reset) and is read and
+ * delivered first, up to what had arrived when the write failed; then the
+ * connection fails with the write's error (spec 5.7: no silent loss).
+ *
  * Socket buffers are left to the kernel's autotuning unless
  * PSP_TCP_SNDBUF / PSP_TCP_RCVBUF say otherwise: fixed small buffers cost
  * most of the bandwidth on fast links.
@@ -11,7 +17,10 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdint.h>
+#include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -24,7 +33,17 @@
 typedef struct tcp_con {
     pscom_ufd_t ufd;
     pscom_con_t *con;
+    int write_err;    /* errno of a failed write (0: none): nothing is written any more */
+    unsigned reading; /* in tcp_read(): the core's parser may be in the middle of a message */
 } tcp_con_t;
+
+/* How tcp_read() ended */
+enum {
+    TCP_READ_YIELD,   /* TCP_READ_MAX reads done, maybe more there */
+    TCP_READ_EMPTY,   /* nothing more for now (or the drain's bytes are read) */
+    TCP_READ_STOPPED, /* the core stopped reading: closed, failed, or the peer's EOF message */
+    TCP_READ_ENDED,   /* EOF or a read error (*err: 0 or errno), not reported */
+};
 
 static struct {
     unsigned sndbuf;
@@ -57,11 +76,14 @@ static void tcp_set_out(tcp_con_t *tc, int on)
     pscom_ufd_set_events(&tc->ufd, on ? EPOLLIN | EPOLLOUT : EPOLLIN);
 }
 
+static void tcp_write_failed(tcp_con_t *tc, int drain);
+
 /* Write as much as the socket takes. */
 static void tcp_do_write(tcp_con_t *tc)
 {
     struct iovec iov[TCP_IOV_MAX];
     pscom_con_t *con = tc->con;
+    if (pscom_unlikely(tc->write_err)) return; /* the connection fails when the drain is done */
     for (;;) {
         int n = pscom_write_get_iov(con, iov, TCP_IOV_MAX);
         if (!n) {
@@ -79,7 +101,10 @@ static void tcp_do_write(tcp_con_t *tc)
                 return;
             }
             plog_dbg("%s: tcp write failed: %m", pscom_con_name(con));
-            pscom_con_transport_error(con, PSCOM_OP_WRITE, errno);
+            tc->write_err = errno;
+            /* inside a read pass (a message's handling wrote): the parser
+             * is busy, that pass reads the rest and fails the connection */
+            if (!tc->reading) tcp_write_failed(tc, 1);
             return;
         }
         if (pscom_write_done(con, (size_t)w)) return; /* closed */
@@ -90,31 +115,83 @@ static void tcp_do_write(tcp_con_t *tc)
     }
 }
 
-/* Returns 1 if the connection stopped reading. */
-static int tcp_do_read(tcp_con_t *tc)
+/* Read into the core's buffers: up to TCP_READ_MAX reads, or, to drain
+ * (*drain not NULL), until *drain bytes came or the socket has no more.
+ * Returns TCP_READ_*. */
+static int tcp_read(tcp_con_t *tc, size_t *drain, int *err)
 {
     pscom_con_t *con = tc->con;
-    for (int i = 0; i < TCP_READ_MAX; i++) {
+    int ret          = TCP_READ_YIELD;
+    tc->reading++;
+    for (unsigned i = 0; drain ? *drain > 0 : i < TCP_READ_MAX; i++) {
         char *buf;
         size_t len;
         pscom_read_get_buf(con, &buf, &len);
         ssize_t r = recv(tc->ufd.fd, buf, len, MSG_DONTWAIT);
         if (r > 0) {
-            if (pscom_read_done(con, (size_t)r)) return 1;
-            if ((size_t)r < len) return 0; /* drained */
+            if (drain) *drain -= (size_t)r < *drain ? (size_t)r : *drain;
+            if (pscom_read_done(con, (size_t)r)) {
+                ret = TCP_READ_STOPPED; /* con may be closed: only its memory is left */
+                break;
+            }
+            if (!drain && (size_t)r < len) {
+                ret = TCP_READ_EMPTY; /* drained */
+                break;
+            }
             continue;
         }
-        if (r == 0) {
-            pscom_con_transport_error(con, PSCOM_OP_READ, 0);
-            return 1;
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            ret = TCP_READ_EMPTY;
+            break;
         }
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-        plog_dbg("%s: tcp read failed: %m", pscom_con_name(con));
-        pscom_con_transport_error(con, PSCOM_OP_READ, errno);
+        *err = r < 0 ? errno : 0;
+        ret  = TCP_READ_ENDED;
+        break;
+    }
+    if (drain && ret == TCP_READ_YIELD) ret = TCP_READ_EMPTY;
+    tc->reading--;
+    return ret;
+}
+
+/* A write failed (tc->write_err). drain: the socket may hold more of what
+ * the peer sent before; read it, as much as had arrived by now, and
+ * deliver it (the read path: an EOF message or a protocol error in it
+ * ends the connection as usual). Then fail the connection with the
+ * write's error, unless it ended meanwhile (pscom_con_transport_error
+ * does nothing then; the peer's EOF message before it: no con_error). */
+static void tcp_write_failed(tcp_con_t *tc, int drain)
+{
+    pscom_con_t *con = tc->con;
+    if (drain) {
+        int inq = 0, err;
+        size_t left = ioctl(tc->ufd.fd, FIONREAD, &inq) < 0 ? SIZE_MAX
+                      : inq > 0                              ? (size_t)inq
+                                                             : 0;
+        if (left) {
+            plog_dbg("%s: tcp: reading %d bytes that arrived before the write failed",
+                     pscom_con_name(con), inq);
+            tcp_read(tc, &left, &err); /* its EOF or read error: the write's is reported */
+        }
+    }
+    pscom_con_transport_error(con, PSCOM_OP_WRITE, tc->write_err);
+}
+
+/* Returns 1 if the connection stopped reading. */
+static int tcp_do_read(tcp_con_t *tc)
+{
+    int err = 0;
+    int ret = tcp_read(tc, NULL, &err);
+    if (pscom_unlikely(tc->write_err)) {
+        /* a message's handling wrote, and that failed */
+        tcp_write_failed(tc, ret == TCP_READ_YIELD || ret == TCP_READ_EMPTY);
         return 1;
     }
-    return 0;
+    if (ret == TCP_READ_ENDED) {
+        if (err) plog_dbg("%s: tcp read failed: %s", pscom_con_name(tc->con), strerror(err));
+        pscom_con_transport_error(tc->con, PSCOM_OP_READ, err);
+    }
+    return ret == TCP_READ_STOPPED || ret == TCP_READ_ENDED;
 }
 
 static void tcp_handler(pscom_ufd_t *ufd, uint32_t revents)
