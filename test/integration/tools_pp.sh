@@ -147,7 +147,8 @@ wait "$SPID" 2>/dev/null || true
 SPID=
 exec 3<&-
 rc=0
-timeout 60 "$PP" -c "$EP" --maxsize 8 -n 5 >"$TMP/gone.out" 2>&1 || rc=$?
+# PSP_RETRY=1: refused connects are retried for PSP_RETRY seconds (10 by default)
+PSP_RETRY=1 timeout 60 "$PP" -c "$EP" --maxsize 8 -n 5 >"$TMP/gone.out" 2>&1 || rc=$?
 ((rc != 0 && rc != 124)) || fail "client of a dead server: exit $rc (0: no error, 124: hang)"
 [[ -s $TMP/gone.out ]] || fail "client of a dead server printed nothing"
 
