@@ -147,19 +147,7 @@ static void send_drain_msgs(pscom_connection_t *con, uint32_t first, uint32_t n)
 static const tu_err_rec_t *recv_drain_msgs(pscom_connection_t *con)
 {
     unsigned char buf[DRAIN_LEN];
-    for (uint32_t i = 0; i < DRAIN_MSGS; i++) {
-        pscom_request_t *r = tu_post_recv(con, buf, sizeof(buf), sizeof(uint32_t));
-        pscom_wait(r);
-        TU_ASSERT_MSG(pscom_req_successful(r),
-                      "message %u of the %u that arrived before the peer died not delivered: [%s]",
-                      i, DRAIN_MSGS, tu_state_str(r->state));
-        uint32_t xh;
-        memcpy(&xh, &r->xheader, sizeof(xh));
-        TU_ASSERT_EQ(xh, i);
-        TU_ASSERT_EQ(r->header.data_len, DRAIN_LEN);
-        TU_ASSERT_PATTERN(buf, DRAIN_LEN, i);
-        pscom_request_free(r);
-    }
+    tu_recv_sequence(con, DRAIN_MSGS, DRAIN_LEN, "that arrived before the peer died");
     pscom_request_t *r = tu_post_recv(con, buf, sizeof(buf), sizeof(uint32_t));
     pscom_wait(r);
     TU_ASSERT_MSG(r->state & PSCOM_REQ_STATE_ERROR, "receive after the last message: [%s]",

@@ -768,19 +768,7 @@ static int drain_server(tu_ctx_t *ctx)
     double t0 = coarse_ms();
     while (coarse_ms() == t0) continue;
     unsigned char buf[DRAIN_LEN];
-    for (uint32_t i = 0; i < DRAIN_MSGS; i++) {
-        pscom_request_t *r = tu_post_recv(con, buf, sizeof(buf), sizeof(uint32_t));
-        pscom_wait(r);
-        TU_ASSERT_MSG(pscom_req_successful(r),
-                      "message %u of the %u sent before the peer died not delivered: [%s]", i,
-                      DRAIN_MSGS, tu_state_str(r->state));
-        uint32_t xh;
-        memcpy(&xh, &r->xheader, sizeof(xh));
-        TU_ASSERT_EQ(xh, i);
-        TU_ASSERT_EQ(r->header.data_len, DRAIN_LEN);
-        TU_ASSERT_PATTERN(buf, DRAIN_LEN, i);
-        pscom_request_free(r);
-    }
+    tu_recv_sequence(con, DRAIN_MSGS, DRAIN_LEN, "sent before the peer died");
     pscom_request_t *r = tu_post_recv(con, buf, sizeof(buf), sizeof(uint32_t));
     pscom_wait(r);
     TU_ASSERT(r->state & PSCOM_REQ_STATE_ERROR);

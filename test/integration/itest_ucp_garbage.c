@@ -432,19 +432,7 @@ static int senderr_server(tu_ctx_t *ctx)
     TU_ASSERT_EQ(fail_next_send, 0); /* it went to UCX, and failed */
 
     unsigned char buf[MSG_LEN];
-    for (uint32_t i = 0; i < SEND_ERR_MSGS; i++) {
-        pscom_request_t *r = tu_post_recv(cons[1], buf, sizeof(buf), sizeof(uint32_t));
-        pscom_wait(r);
-        TU_ASSERT_MSG(pscom_req_successful(r),
-                      "message %u of the %u sent before our send failed not delivered: [%s]", i,
-                      SEND_ERR_MSGS, tu_state_str(r->state));
-        uint32_t xh;
-        memcpy(&xh, &r->xheader, sizeof(xh));
-        TU_ASSERT_EQ(xh, i);
-        TU_ASSERT_EQ(r->header.data_len, MSG_LEN);
-        TU_ASSERT_PATTERN(buf, MSG_LEN, i);
-        pscom_request_free(r);
-    }
+    tu_recv_sequence(cons[1], SEND_ERR_MSGS, MSG_LEN, "sent before our send failed");
     expect_failed(tu_post_recv(cons[1], buf, sizeof(buf), sizeof(uint32_t)), "server");
     while (failed_con != cons[1]) pscom_wait_any();
     pscom_wait(s);

@@ -25,3 +25,15 @@ pscom_socket_t *con_fixture_open(pscom_con_t **a, pscom_con_t **b)
     pscom_con_list(*b);
     return socket;
 }
+
+int con_fixture_con_start(pscom_con_t *con, int *fd)
+{
+    (void)con;
+    (void)fd;
+    return 0;
+}
+
+void con_fixture_close(pscom_con_t *con)
+{
+    (void)con;
+}

@@ -13,4 +13,8 @@
  * closed by the user); close with pscom_close_socket(). */
 pscom_socket_t *con_fixture_open(pscom_con_t **a, pscom_con_t **b);
 
+/* No-op transport ops for a test's own plugin descriptor. */
+int con_fixture_con_start(pscom_con_t *con, int *fd);
+void con_fixture_close(pscom_con_t *con);
+
 #endif /* PSCOM_TEST_CON_FIXTURE_H */

@@ -29,19 +29,10 @@ static void fake_write_start(pscom_con_t *con)
 {
 }
 
-static void fake_close(pscom_con_t *con)
-{
-}
-
-static int fake_con_start(pscom_con_t *con, int *fd)
-{
-    return 0;
-}
-
 static const pscom_plugin_ops_t fake_ops = {
-    .con_start   = fake_con_start,
+    .con_start   = con_fixture_con_start,
     .write_start = fake_write_start,
-    .close       = fake_close,
+    .close       = con_fixture_close,
 };
 
 static const pscom_plugin_desc_t stream_desc = {

@@ -951,6 +951,24 @@ void tu_recv_pattern(pscom_connection_t *con, uint32_t seed, size_t len)
     free(buf);
 }
 
+void tu_recv_sequence(pscom_connection_t *con, uint32_t n, size_t len, const char *what)
+{
+    unsigned char *buf = tu_malloc(len ? len : 1);
+    for (uint32_t i = 0; i < n; i++) {
+        pscom_request_t *r = tu_post_recv(con, buf, len, sizeof(uint32_t));
+        pscom_wait(r);
+        TU_ASSERT_MSG(pscom_req_successful(r), "message %u of the %u %s not delivered: [%s]", i, n,
+                      what, tu_state_str(r->state));
+        uint32_t xh;
+        memcpy(&xh, &r->xheader, sizeof(xh));
+        TU_ASSERT_EQ(xh, i);
+        TU_ASSERT_EQ(r->header.data_len, len);
+        TU_ASSERT_PATTERN(buf, len, i);
+        pscom_request_free(r);
+    }
+    free(buf);
+}
+
 void tu_send_tag(pscom_connection_t *con, uint32_t tag)
 {
     pscom_send(con, &tag, sizeof(tag), NULL, 0);

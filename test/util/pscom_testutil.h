@@ -319,6 +319,10 @@ void tu_send_pattern(pscom_connection_t *con, uint32_t seed, size_t len);
 /* Receive the next message of con (pscom_recv()): the xheader must be
  * seed, the data len bytes of pattern seed. */
 void tu_recv_pattern(pscom_connection_t *con, uint32_t seed, size_t len);
+/* Receive n messages of con in order, each successful with xheader i
+ * (4 bytes) and exactly len bytes of pattern i (i = 0 .. n-1); what says
+ * where they came from in a failure ("sent before the peer died"). */
+void tu_recv_sequence(pscom_connection_t *con, uint32_t n, size_t len, const char *what);
 
 /* Tagged zero-data messages ("fences"): the xheader is the 4-byte tag. */
 #define TU_TAG_HELLO   0xF00DBEEFu
