@@ -457,6 +457,7 @@ static int fo_server(tu_ctx_t *ctx)
     }
     pscom_close_socket(sock);
     tu_log_file_remove();
+    if (!fo_all) tu_log_file_remove_of(ctx->client_pids[1]); /* it died with its log open */
     return 0;
 }
 
