@@ -274,6 +274,26 @@ void pscom_read_pin(pscom_con_t *con)
     con->in.pinned = 1;
 }
 
+void *pscom_read_pin_keep(pscom_con_t *con)
+{
+    pscom_con_in_t *in = &con->in;
+    pscom_req_t *gen   = in->req;
+    if (!in->pinned || !gen || !(gen->pub.state & PSCOM_REQ_STATE_GRECV_REQUEST)) return NULL;
+    /* out of the unexpected queues (if a drop has not taken it already);
+     * a receive that matched it (pin_merge) fails with the connection */
+    pscom_list_del(&gen->next);
+    pscom_list_del(&gen->next_alt);
+    in->req      = NULL;
+    in->pinned   = 0;
+    in->pin_drop = 0;
+    return gen;
+}
+
+void pscom_read_pin_release(void *held)
+{
+    pscom_req_free(held);
+}
+
 /* The pinned buffer is filled up to data_done + len: now do what was
  * deferred for its unexpected request (pscom_queues.c merge() and
  * pscom_unexpected_drop_con()). */

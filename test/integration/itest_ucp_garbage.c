@@ -88,10 +88,13 @@
  * until 2026-11-29 UCX wrote the rest into it (at offset 502632 and on,
  * over shared memory; README.md *Open*). LATE_SHORT=0 (a receive of the
  * message's exact size, which UCX writes into directly) still fails that
- * way, over shared memory and tcp; LATE_SHORT=0 with the receive posted
- * after the message's header (the core's buffer for an unexpected
- * message, freed at the close) crashed in ucp_eager_middle_handler. Run
- * by hand, README.md *Open*.
+ * way, over shared memory and tcp (run by hand, README.md *Open*).
+ *
+ * ucp_garbage_late_unexpected: the same with no receive posted, so UCX
+ * writes into the core's buffer for an unexpected message. Until
+ * 2026-11-29 the close freed that buffer and the server crashed in
+ * ucp_eager_middle_handler when the rest came; now the plugin keeps it
+ * until UCX ends the receive (pscom_read_pin_keep), and says so.
  *
  * The handshake against a broken or dying peer: itest_ucp_handshake.
  */
@@ -471,6 +474,7 @@ static int senderr_client(tu_ctx_t *ctx)
 
 #define LATE_LEN (1u << 20) /* eager (UCX_RNDV_THRESH=inf): twice as many fragments as the FIFO holds */
 static size_t late_short = 1; /* the server's receive is this much shorter than the message */
+static int late_unexp;         /* no receive posted: the core's buffer for an unexpected message */
 
 static int late_server(tu_ctx_t *ctx)
 {
@@ -478,20 +482,28 @@ static int late_server(tu_ctx_t *ctx)
     pscom_socket_t *sock = role_socket(ctx, cons, NULL);
     unsigned char *buf   = tu_malloc(LATE_LEN);
     memset(buf, 0, LATE_LEN);
-    pscom_request_t *r = tu_post_recv(cons[1], buf, LATE_LEN - late_short, 16);
+    pscom_request_t *r = tu_make_recv(cons[1], buf, LATE_LEN - late_short, 16);
+    if (!late_unexp) pscom_post_recv(r);
     tu_signal(ctx, 1, 1);
     /* client 1 has sent what our FIFO takes of its message, and stopped:
-     * take that */
+     * take that (unposted: into the core's buffer for it, once its header
+     * is in) */
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1);
-    for (int i = 0; i < 1000 && !pscom_req_is_done(r); i++) pscom_test_any();
-    TU_ASSERT_MSG(!pscom_req_is_done(r), "the message came whole: [%s]", tu_state_str(r->state));
+    while (late_unexp && !pscom_iprobe(r)) pscom_test_any();
+    for (int i = 0; i < 1000 && (late_unexp || !pscom_req_is_done(r)); i++) pscom_test_any();
+    TU_ASSERT_MSG(late_unexp || !pscom_req_is_done(r), "the message came whole: [%s]",
+                  tu_state_str(r->state));
     /* our send fails: the connection fails with that receive half done */
     unsigned char out[MSG_LEN];
     tu_fill(out, MSG_LEN, 9);
     uint32_t tag   = TAG_MSG;
     fail_next_send = 1;
     pscom_send(cons[1], &tag, sizeof(tag), out, MSG_LEN);
-    expect_failed(r, "server");
+    if (late_unexp) {
+        pscom_request_free(r);
+    } else {
+        expect_failed(r, "server");
+    }
     while (failed_con != cons[1]) pscom_wait_any();
     memset(buf, 0xee, LATE_LEN); /* the application's again */
     /* client 1 goes on: the rest of its message reaches our FIFO before it
@@ -503,6 +515,7 @@ static int late_server(tu_ctx_t *ctx)
     tu_wait_tag(cons[2], NULL, TAG_MSG);
     TU_ASSERT_BYTES(buf, LATE_LEN, 0xee);
     TU_ASSERT_EQ(tu_log_file_count("did not end within"), 0);
+    TU_ASSERT_EQ(tu_log_file_count("buffer stays with it"), late_unexp);
     tu_signal(ctx, 1, 1);
     tu_signal(ctx, 2, 1);
     pscom_close_connection(cons[1]);
@@ -594,6 +607,11 @@ int main(int argc, char **argv)
     if (getenv("LATE_SHORT")) late_short = (size_t)atoi(getenv("LATE_SHORT")); /* by hand */
     if ((argc < 2 || !strcmp(argv[1], "ucp_garbage_late_data")) &&
         tu_run("ucp_garbage_late_data", 2, late_server, late_client, NULL))
+        return 1;
+    late_unexp = 1;
+    late_short = 0;
+    if ((argc < 2 || !strcmp(argv[1], "ucp_garbage_late_unexpected")) &&
+        tu_run("ucp_garbage_late_unexpected", 2, late_server, late_client, NULL))
         return 1;
     unsetenv("UCX_RNDV_THRESH");
     unsetenv("UCX_TCP_SNDBUF");

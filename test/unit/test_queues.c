@@ -396,6 +396,54 @@ static void test_pin_fail(void **state)
     free_req(a);
 }
 
+/* The library goes on writing after the close: the close op takes the
+ * core's buffer over (pscom_read_pin_keep), and the core must not free it. */
+static void test_pin_keep(void **state)
+{
+    fixture_t *f       = *state;
+    char *buf          = head_pinned(f->con1, 5, 128);
+    pscom_request_t *a = recv_req(&f->con1->pub, NULL, 128);
+    pscom_post_recv(a); /* matches while the transport still writes */
+    void *held = pscom_read_pin_keep(f->con1);
+    assert_non_null(held);
+    assert_false(f->con1->in.pinned);
+    assert_null(f->con1->in.req);
+    pscom_con_fail_requests(f->con1);
+    assert_true(a->state & PSCOM_REQ_STATE_ERROR);
+    assert_null(pscom_read_pin_keep(f->con1)); /* nothing pinned any more */
+    memset(buf, 'k', 128);                     /* still ours (ASan checks) */
+    pscom_read_pin_release(held);
+    free_req(a);
+}
+
+/* A dropped one (user close) is kept the same way. */
+static void test_pin_keep_dropped(void **state)
+{
+    fixture_t *f = *state;
+    char *buf    = head_pinned(f->con1, 5, 4096);
+    pscom_unexpected_drop_con(f->con1);
+    void *held = pscom_read_pin_keep(f->con1);
+    assert_non_null(held);
+    pscom_con_fail_requests(f->con1);
+    memset(buf, 'k', 4096);
+    pscom_read_pin_release(held);
+}
+
+/* The user's buffer is not the core's to give: it goes back, failed. */
+static void test_pin_keep_user(void **state)
+{
+    fixture_t *f       = *state;
+    pscom_request_t *a = recv_req(&f->con1->pub, NULL, 64);
+    pscom_post_recv(a);
+    char *buf = head_pinned(f->con1, 5, 64);
+    assert_ptr_equal(buf, a->data);
+    assert_null(pscom_read_pin_keep(f->con1));
+    assert_true(f->con1->in.pinned);
+    pscom_con_fail_requests(f->con1);
+    assert_true(a->state & PSCOM_REQ_STATE_ERROR);
+    free_req(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +470,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pin_merge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pin_drop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pin_fail, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pin_keep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pin_keep_dropped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pin_keep_user, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

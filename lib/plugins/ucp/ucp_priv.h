@@ -104,6 +104,8 @@ typedef struct ucp_req {
     char *buf;               /* RECV: its buffer; SEND: heap copy; or NULL */
     size_t len;
     ucp_partial_t *partial;  /* DATA/DISCARD through the generic datatype */
+    void *held;              /* DATA: the core's buffer UCX writes, left to us at the
+                              * close (pscom_read_pin_keep), or NULL */
     /* in its endpoint's operations (ucp_peer_req), or alone */
     pscom_list_t pep_next;
     /* it can never end (its peer is gone, its endpoint closed): not waited
@@ -313,6 +315,7 @@ static inline void ucp_req_track(ucp_req_t *r, ucp_req_type_t type, uint64_t con
     r->con_id    = con_id;
     r->buf       = NULL;
     r->partial   = NULL;
+    r->held      = NULL;
     r->orphan    = 0;
     pscom_list_init(&r->pep_next);
     ucp_g.inflight++;
@@ -322,8 +325,10 @@ static inline void ucp_req_release(ucp_req_t *r)
 {
     if (r->buf) free(r->buf);
     if (r->partial) free(r->partial);
+    if (r->held) pscom_read_pin_release(r->held);
     r->buf     = NULL;
     r->partial = NULL;
+    r->held    = NULL;
     pscom_list_del(&r->pep_next);
     if (r->orphan) ucp_g.orphans--;
     ucp_g.inflight--;

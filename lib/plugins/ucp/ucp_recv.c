@@ -809,9 +809,14 @@ void ucp_rx_close(ucp_con_t *uc)
  * in the middle of one, nothing more can arrive, and after UCP_RX_DRAIN_US
  * we give up waiting (the request is then orphaned: recv_cb frees it).
  * A live peer that stopped in the middle of one and goes on later still
- * gets its fragments into that buffer (README.md *Open*;
- * itest_ucp_garbage ucp_garbage_late_data shows it with a receive of the
- * message's exact size; until 2026-11-29 also with a truncating one).
+ * gets its fragments into that buffer: where it is the core's (an
+ * unexpected message's), the core leaves it to the request, which frees it
+ * when UCX ends it, or at exit (pscom_read_pin_keep; until 2026-11-29 the
+ * core freed it and UCX wrote into freed memory: itest_ucp_garbage
+ * ucp_garbage_late_unexpected); where it is the user's, it goes back
+ * while UCX may still write into it (README.md *Open*; ucp_garbage_late_data
+ * shows it with a receive of the message's exact size by hand; until
+ * 2026-11-29 also with a truncating one).
  */
 void ucp_rx_close_end(ucp_con_t *uc)
 {
@@ -825,8 +830,12 @@ void ucp_rx_close_end(ucp_con_t *uc)
     } else if (!r->completed && r->type == UCP_REQ_DATA) {
         uint64_t t0 = ucp_now_us();
         while (!r->completed && ucp_now_us() - t0 < UCP_RX_DRAIN_US) ucp_worker_progress(ucp_g.worker);
-        /* not silent: the buffer goes back while UCX may still write it */
-        if (!r->completed)
+        if (!r->completed && (r->held = pscom_read_pin_keep(uc->con))) {
+            ucp_req_orphan(r); /* nobody waits for it; at exit, its buffer is freed */
+            plog_dbg("%s: ucp: a receive of %zu bytes goes on after the close (%d ms); the "
+                     "core's buffer stays with it until UCX ends it",
+                     pscom_con_name(uc->con), r->len, UCP_RX_DRAIN_US / 1000);
+        } else if (!r->completed) /* not silent: the buffer goes back while UCX may write it */
             plog_err("%s: ucp: a receive of %zu bytes did not end within %d ms of the close; UCX "
                      "may still write into its buffer",
                      pscom_con_name(uc->con), r->len, UCP_RX_DRAIN_US / 1000);

@@ -512,27 +512,32 @@ err_config:
 }
 
 /* At exit: what the orphans (operations that never ended) hold of ours, a
- * receive's buffer, a partial datatype's state, to be freed once the
- * worker is gone: UCX keeps their requests until ucp_worker_destroy()
+ * receive's buffer, a partial datatype's state, the core's buffer of an
+ * unexpected message (ucp_rx_close_end), to be freed once the worker is
+ * gone: UCX keeps their requests until ucp_worker_destroy()
  * and may use that until then. Until 2026-11-29 it leaked (24 bytes of a
  * truncating receive cut off at a close, LeakSanitizer in
  * itest_ucp_garbage ucp_garbage_late_data.ucp-tcp). */
-static void **orphans_mem(size_t *n)
+static void **orphans_mem(size_t *n, size_t *nheld)
 {
     size_t cap = 0;
     pscom_list_t *pos;
-    pscom_list_for_each(pos, &ucp_g.orphan_reqs) cap += 2;
-    *n         = 0;
-    void **mem = cap ? malloc(cap * sizeof(*mem)) : NULL;
+    pscom_list_for_each(pos, &ucp_g.orphan_reqs) cap += 3;
+    *n = *nheld = 0;
+    void **mem  = cap ? malloc(cap * sizeof(*mem)) : NULL;
     if (!mem) return NULL; /* none, or left to the exit */
+    /* for free() from the front, the core's buffers (r->held) from the back */
     while (!pscom_list_empty(&ucp_g.orphan_reqs)) {
         ucp_req_t *r = pscom_list_entry(ucp_g.orphan_reqs.next, ucp_req_t, pep_next);
         pscom_list_del(&r->pep_next);
         if (r->buf) mem[(*n)++] = r->buf;
         if (r->partial) mem[(*n)++] = r->partial;
+        if (r->held) mem[cap - ++*nheld] = r->held;
         r->buf     = NULL;
         r->partial = NULL;
+        r->held    = NULL;
     }
+    memmove(mem + *n, mem + cap - *nheld, *nheld * sizeof(*mem));
     return mem;
 }
 
@@ -574,12 +579,13 @@ void ucp_worker_fini(void)
 
     pscom_poller_del(&ucp_g.poller);
     pscom_ufd_del(&ucp_g.efd); /* if armed */
-    size_t nmem;
-    void **mem = orphans_mem(&nmem);
+    size_t nmem, nheld;
+    void **mem = orphans_mem(&nmem, &nheld);
     ucp_dt_destroy(ucp_g.dt_partial);
     ucp_worker_release_address(ucp_g.worker, ucp_g.addr);
     ucp_worker_destroy(ucp_g.worker);
     for (size_t i = 0; i < nmem; i++) free(mem[i]);
+    for (size_t i = 0; i < nheld; i++) pscom_read_pin_release(mem[nmem + i]);
     free(mem);
     ucp_cleanup(ucp_g.ctx);
     ucp_log_stop();

@@ -24,7 +24,7 @@
 #include "pscom_types.h"
 
 /* Bumped on any change of this header that affects loadable modules. */
-#define PSCOM_PLUGIN_ABI_VERSION 15
+#define PSCOM_PLUGIN_ABI_VERSION 16
 
 /* Capability bits: they must match the ops the plugin provides. */
 #define PSCOM_PLUGIN_CAP_SAME_NODE (1ULL << 0) /* only between processes of one node */
@@ -251,6 +251,16 @@ PSCOM_PLUGIN_API extern uint64_t pscom_req_completions;
  * library writing into the buffer (the core frees or hands it back right
  * after close). */
 PSCOM_PLUGIN_API void pscom_read_pin(pscom_con_t *con);
+/* From the close op, when the library may go on writing into the pinned
+ * buffer after the close (it cannot be stopped): if that buffer is the
+ * core's own (an unexpected message's), the core leaves it to the plugin
+ * and returns it as a handle, for pscom_read_pin_release() once the library
+ * is done with it (at the latest after the library's teardown, in the
+ * plugin's destroy). NULL if nothing is pinned or the buffer is the
+ * user's (a posted receive's: it goes back to the user now, failed).
+ * (ABI version 16) */
+PSCOM_PLUGIN_API void *pscom_read_pin_keep(pscom_con_t *con);
+PSCOM_PLUGIN_API void pscom_read_pin_release(void *held);
 
 /* ---- writing ---------------------------------------------------------- */
 
