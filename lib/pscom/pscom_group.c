@@ -17,6 +17,13 @@
 
 #define GROUP_MAGIC 0x67727570u /* "grup" */
 #define BCAST_FANOUT 3
+/* bcast_arg1 of a broadcast message: the sender did not get the data from
+ * its parent (failed connection), so it has none to pass on; the message
+ * has none, and the receiver's broadcast ends with ERROR too */
+#define BCAST_FAILED 1u
+/* the user part of a collective xheader: the 16-bit xheader length on the
+ * wire holds the 16-byte header too */
+#define COLL_XH_MAX (UINT16_MAX - sizeof(pscom_xheader_bcast_t))
 
 struct PSCOM_group {
     uint32_t magic;
@@ -125,8 +132,10 @@ static int coll_recv(pscom_sock_t *sock, uint8_t type, pscom_connection_t *con,
     pscom_list_for_each(pos, &c->unexp) {
         pscom_req_t *gen = pscom_list_entry(pos, pscom_req_t, next);
         if (!same_key(gen, type, con, key)) continue;
-        pscom_wait_until(req_done, gen); /* it may still be arriving */
+        /* ours from here: a close while it is still arriving does not
+         * drop it under us (pscom_group_drop_con) */
         pscom_list_del(&gen->next);
+        pscom_wait_until(req_done, gen);
         req = gen;
         break;
     }
@@ -149,8 +158,9 @@ static int coll_recv(pscom_sock_t *sock, uint8_t type, pscom_connection_t *con,
         size_t n = req->pub.data_len < data_len ? req->pub.data_len : data_len;
         memcpy(data, req->pub.data, n);
     }
-    int ok = !(req->pub.state & PSCOM_REQ_STATE_ERROR);
-    if (xh_len) {
+    int ok = !(req->pub.state & PSCOM_REQ_STATE_ERROR) &&
+             !(req->pub.xheader.bcast.bcast_arg1 & BCAST_FAILED);
+    if (xh_len && ok) {
         size_t got = req->pub.header.xheader_len > sizeof(pscom_xheader_bcast_t)
                          ? req->pub.header.xheader_len - sizeof(pscom_xheader_bcast_t)
                          : 0;
@@ -274,10 +284,20 @@ static int bcast_locked(pscom_group_t *g, uint32_t root, void *xh, size_t xh_len
     pscom_xheader_bcast_t hdr = {.group_id = g->id, .bcast_root = root};
     int res = 0, pending = 0;
 
+    if (xh_len > COLL_XH_MAX) {
+        plog_err("bcast: a user xheader of %zu bytes is cut to %zu (its length is 16 bits on "
+                 "the wire, with the 16-byte broadcast header)",
+                 xh_len, (size_t)COLL_XH_MAX);
+        xh_len = COLL_XH_MAX;
+    }
     if (vr) {
         uint32_t parent = member(g, (vr - 1) / BCAST_FANOUT, root);
         res = coll_recv(g->sock, PSCOM_MSGTYPE_BCAST, g->cons[parent], &hdr, xh, xh_len, data,
                         data_len);
+    }
+    if (res) { /* nothing to pass on: the subtree's broadcasts fail as well */
+        hdr.bcast_arg1 = BCAST_FAILED;
+        xh_len = data_len = 0;
     }
     for (uint32_t c = 1; c <= BCAST_FANOUT; c++) {
         uint64_t child = (uint64_t)vr * BCAST_FANOUT + c;
@@ -312,8 +332,16 @@ PSCOM_API void pscom_post_bcast(pscom_request_t *request)
     int root = request->xheader.bcast.bcast_root == g->my_grank;
     pscom_req_state_set(request, PSCOM_REQ_STATE_POSTED | (root ? PSCOM_REQ_STATE_SEND_REQUEST
                                                                 : PSCOM_REQ_STATE_RECV_REQUEST));
-    int res = bcast_locked(g, request->xheader.bcast.bcast_root, request->xheader.bcast.user,
+    int res;
+    if (pscom_unlikely(request->xheader_len > request->max_xheader_len)) {
+        /* as a send (pscom_con_post_send): the request has no room for it */
+        plog_err("bcast: xheader_len %zu > max %zu", request->xheader_len,
+                 request->max_xheader_len);
+        res = -1;
+    } else {
+        res = bcast_locked(g, request->xheader.bcast.bcast_root, request->xheader.bcast.user,
                            user_xlen, request->data, request->data_len);
+    }
     pscom_req_complete_with(pscom_req_from_pub(request), res ? PSCOM_REQ_STATE_ERROR : 0);
     pscom_unlock(); /* runs io_done: synchronously, before we return */
 }
@@ -347,6 +375,27 @@ void pscom_group_fail_con(pscom_con_t *con)
         if (req->pub.connection != &con->pub) continue;
         pscom_list_del(&req->next);
         pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_IO_DONE);
+    }
+}
+
+void pscom_group_drop_con(pscom_con_t *con)
+{
+    struct pscom_sock_coll *c = con->sock->coll;
+    if (!c) return;
+    pscom_list_t *pos, *tmp;
+    pscom_list_for_each_safe(pos, tmp, &c->unexp) {
+        pscom_req_t *gen = pscom_list_entry(pos, pscom_req_t, next);
+        if (gen->pub.connection != &con->pub) continue;
+        pscom_list_del(&gen->next);
+        if (con->in.req == gen) { /* still arriving: the rest is skipped */
+            if (con->in.pinned) { /* the transport writes into it: at its read_done */
+                con->in.pin_drop = 1;
+                continue;
+            }
+            con->in.req      = NULL;
+            con->in.skipping = 1;
+        }
+        pscom_req_free(gen);
     }
 }
 

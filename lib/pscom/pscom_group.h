@@ -20,6 +20,10 @@ int pscom_group_recv(pscom_con_t *con, pscom_header_net_t *hn, pscom_req_t **req
 /* The connection failed: its waiting broadcast/barrier receives fail. */
 void pscom_group_fail_con(pscom_con_t *con);
 
+/* The user closed the connection: the collective messages it brought that
+ * nobody has taken yet are dropped (spec 5.7, as its unexpected messages). */
+void pscom_group_drop_con(pscom_con_t *con);
+
 /* Socket close: free its groups and queued collective messages. */
 void pscom_group_sock_fini(pscom_sock_t *sock);
 

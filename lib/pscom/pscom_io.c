@@ -162,6 +162,10 @@ static int dispatch(pscom_con_t *con, pscom_header_net_t *hn, uint8_t type, uint
         break;
     case PSCOM_MSGTYPE_BCAST:
     case PSCOM_MSGTYPE_BARRIER:
+        if (pscom_unlikely(con->user_closed)) { /* as a USER message: dropped */
+            in->req = NULL;
+            return 0;
+        }
         err = pscom_group_recv(con, hn, &in->req);
         break;
     case PSCOM_MSGTYPE_RMA_WRITE:
@@ -278,7 +282,8 @@ void *pscom_read_pin_keep(pscom_con_t *con)
 {
     pscom_con_in_t *in = &con->in;
     pscom_req_t *gen   = in->req;
-    if (!in->pinned || !gen || !(gen->pub.state & PSCOM_REQ_STATE_GRECV_REQUEST)) return NULL;
+    if (!in->pinned || !gen || !((gen->pub.state & PSCOM_REQ_STATE_GRECV_REQUEST) || in->pin_drop))
+        return NULL;
     /* out of the unexpected queues (if a drop has not taken it already);
      * a receive that matched it (pin_merge) fails with the connection */
     pscom_list_del(&gen->next);

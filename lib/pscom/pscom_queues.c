@@ -9,6 +9,8 @@
  */
 #include "pscom_queues.h"
 
+#include "pscom_group.h"
+
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,6 +333,7 @@ void pscom_unexpected_drop_con(pscom_con_t *con)
         }
         pscom_req_free(gen);
     }
+    pscom_group_drop_con(con);
 }
 
 static void fail_matching(pscom_list_t *q, pscom_con_t *con)
