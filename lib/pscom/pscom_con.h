@@ -61,7 +61,7 @@ struct pscom_con {
     unsigned eof_deferred : 1;  /* closed: EOF waits for pending rendezvous sends */
     uint32_t od_addr;           /* on-demand: peer listener */
     int od_port;
-    int refcnt;                 /* pending con_error callbacks */
+    int refcnt;                 /* pending con_error callbacks, target-side RMA requests */
     unsigned cb_running;        /* con_accept/con_error callbacks running now */
     pscom_connection_t pub;     /* must be last */
 };

@@ -255,6 +255,7 @@ PSCOM_API void pscom_group_close(pscom_group_t *group)
 
 PSCOM_API pscom_group_t *pscom_group_find(pscom_socket_t *socket, uint32_t group_id)
 {
+    pscom_api_check(socket, "a socket");
     pscom_sock_t *sock = pscom_sock_from_pub(socket);
     if (!sock->coll) return NULL;
     pscom_list_t *pos;
@@ -267,6 +268,7 @@ PSCOM_API pscom_group_t *pscom_group_find(pscom_socket_t *socket, uint32_t group
 
 PSCOM_API uint32_t pscom_group_get_id(pscom_group_t *group)
 {
+    pscom_api_check(group && group->magic == GROUP_MAGIC, "an open group");
     return group->id;
 }
 
@@ -407,6 +409,7 @@ void pscom_group_sock_fini(pscom_sock_t *sock)
     pscom_list_for_each_safe(pos, tmp, &c->groups) {
         pscom_group_t *g = pscom_list_entry(pos, pscom_group_t, next);
         pscom_list_del(&g->next);
+        g->magic = 0; /* (a use after the socket's close is misuse) */
         free(g->cons);
         free(g);
     }

@@ -33,7 +33,9 @@ static void loop_write_start(pscom_con_t *con)
             stop = pscom_read_feed(con, iov[i].iov_base, iov[i].iov_len);
             total += iov[i].iov_len;
         }
-        if (pscom_write_done(con, total) || stop) break;
+        /* a message that closed the connection (a protocol error) ended
+         * its send queue: nothing to retire */
+        if (con->transport_closed || pscom_write_done(con, total) || stop) break;
     }
     con->loop_busy = 0;
 }

@@ -69,6 +69,7 @@ static void send_internal(pscom_req_t *req, pscom_connection_t *connection, cons
 PSCOM_API void pscom_send(pscom_connection_t *connection, void *xheader, size_t xheader_len,
                           void *data, size_t data_len)
 {
+    pscom_api_check(connection, "a send needs a connection");
     pscom_lock();
     pscom_req_t *req = pscom_req_create(xheader_len, data_len);
     if (!req) {
@@ -98,6 +99,7 @@ PSCOM_API void pscom_send_inplace(pscom_connection_t *connection, void *xheader,
                                   void (*io_done)(pscom_req_state_t state, void *priv),
                                   void *priv)
 {
+    pscom_api_check(connection, "a send needs a connection");
     pscom_lock();
     pscom_req_t *req = pscom_req_create(xheader_len, sizeof(inplace_t));
     if (!req) {

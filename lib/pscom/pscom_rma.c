@@ -209,8 +209,11 @@ static pscom_con_t *rma_begin(pscom_request_t *r, pscom_req_state_t state, size_
     pscom_req_state_set(r, state);
     pscom_con_t *con = pscom_con_from_pub(r->connection);
     pscom_rkey_t k   = r->rma.rkey;
-    if (r->xheader_len > r->max_xheader_len) {
-        plog_err("RMA: xheader_len %zu > max %zu", r->xheader_len, r->max_xheader_len);
+    if (r->xheader_len > r->max_xheader_len || r->xheader_len > UINT16_MAX) {
+        /* (the 16-bit length on the wire would wrap, and the target take
+         * the message for a malformed one) */
+        plog_err("RMA: xheader_len %zu > max %zu", r->xheader_len,
+                 r->max_xheader_len < UINT16_MAX ? r->max_xheader_len : (size_t)UINT16_MAX);
         goto fail;
     }
     if (check_range &&
@@ -237,7 +240,10 @@ static void put_like(pscom_request_t *r, uint8_t type, uint8_t done_type)
     r->data                        = r->rma.origin_addr;
     r->xheader.rma_put.common.dest = r->rma.target_addr;
     r->xheader.rma_put.common.memh = (void *)(uintptr_t)r->rma.rkey->memh_id;
-    if (done_type && pscom_con_direct(con, PSCOM_PLUGIN_CAP_RMA_WRITE, r->data_len) &&
+    /* direct only where the notice's xheader (the put's and 8 bytes) fits
+     * the 16-bit length: else the put goes as a message */
+    if (done_type && r->xheader_len + 8 <= UINT16_MAX &&
+        pscom_con_direct(con, PSCOM_PLUGIN_CAP_RMA_WRITE, r->data_len) &&
         con->transport->ops->rma_write(con, r->data, (uint64_t)(uintptr_t)r->rma.target_addr,
                                        r->data_len) == 0) {
         /* data is there: only tell the target, for its callback. The
@@ -440,7 +446,10 @@ static void passive_done(pscom_request_t *request)
     pscom_unlock_keep_queue();
     if (cb) cb(request);
     pscom_lock();
+    pscom_con_t *con = pscom_con_from_pub(request->connection);
     pscom_req_free(pscom_req_from_pub(request));
+    con->refcnt--; /* passive_create's: the connection may go now */
+    pscom_con_release(con);
     pscom_unlock_keep_queue();
 }
 
@@ -451,6 +460,10 @@ static pscom_req_t *passive_create(pscom_con_t *con, pscom_header_net_t *hn, siz
 {
     pscom_req_t *p = pscom_req_create(xlen, PASSIVE_HDR + temp);
     if (!p) return NULL;
+    /* until passive_done: its answer goes out on con, and the callback
+     * sees con, also when the user closed it meanwhile (an earlier
+     * io_done may; until 2026-11-29 a use after free) */
+    con->refcnt++;
     memcpy(&p->pub.header, hn, sizeof(*hn) + xlen);
     p->pub.header.xheader_len = (uint16_t)xlen;
     p->pub.xheader_len        = xlen;

@@ -7,7 +7,10 @@
  *  - the rkey buffer travels over the loopback connection itself;
  *  - put, get, accumulate, get_accumulate, fetch_op, compare_swap once
  *    each: data, results and one target callback per operation;
- *  - a 1 MiB rendezvous message to itself, receive posted before and after.
+ *  - a 1 MiB rendezvous message to itself, receive posted before and after;
+ *  - a put with the largest xheader (65535 bytes), and one byte more;
+ *  - a connection closed from a PUT callback while the target side of a
+ *    fetch-op on it waits behind that callback.
  *
  * Loopback delivers synchronously inside the send: every operation that
  * answers (get, the atomics, the rendezvous CTS) is re-entered from its own
@@ -99,6 +102,52 @@ static void rma_op(pscom_connection_t *con, pscom_rkey_t rkey, void (*post)(psco
     pscom_request_free(r);
 }
 
+/* A put with an xheader of xlen bytes (the request has room for it). */
+static pscom_request_t *put_xheader(pscom_connection_t *con, pscom_rkey_t rkey, size_t xlen,
+                                    void *origin, size_t off, size_t len)
+{
+    pscom_request_t *r = pscom_request_create(xlen, 0);
+    TU_ASSERT_NOT_NULL(r);
+    r->connection      = con;
+    r->rma.rkey        = rkey;
+    r->rma.origin_addr = origin;
+    r->rma.target_addr = win + off;
+    r->data_len        = len;
+    r->xheader_len     = xlen;
+    r->ops.io_done     = cb_count;
+    pscom_post_rma_put(r);
+    pscom_wait(r);
+    return r;
+}
+
+/* ---- the target side of an atomic outlives its connection's close ---- */
+
+static pscom_connection_t *close_con;
+static pscom_rkey_t close_rkey;
+static pscom_request_t *close_fop;
+static uint64_t close_v = 1, close_res;
+
+/* The PUT callback (target side, from the put's io_done): a fetch-op on the
+ * same connection, whose target side queues behind this callback (they
+ * run in arrival order), then the close. That target side answers on the
+ * closed connection afterwards: until 2026-11-29 it was freed by then. */
+static void cb_put_then_close(pscom_request_t *req)
+{
+    (void)req;
+    close_fop = pscom_request_create(sizeof(pscom_xheader_t), 0);
+    TU_ASSERT_NOT_NULL(close_fop);
+    close_fop->connection      = close_con;
+    close_fop->rma.rkey        = close_rkey;
+    close_fop->rma.origin_addr = &close_v;
+    close_fop->rma.result_addr = &close_res;
+    close_fop->rma.target_addr = win + 16384;
+    close_fop->data_len        = 8;
+    close_fop->xheader_len     = sizeof(pscom_xheader_rma_fetch_op_t);
+    close_fop->ops.io_done     = cb_count;
+    pscom_post_rma_fetch_op(close_fop);
+    pscom_close_connection(close_con);
+}
+
 static uint64_t ld(size_t off)
 {
     uint64_t v;
@@ -172,6 +221,25 @@ static int self(tu_ctx_t *ctx)
     TU_ASSERT_EQ(ld(a), 42);
     for (int op = 0; op < PSCOM_RMA_OP_COUNT; op++) TU_ASSERT_EQ(cb[op], 1);
 
+    /* the largest xheader a put can have: over loopback the data moves
+     * directly, and the target's notice (the xheader and 8 bytes) would
+     * not fit the 16-bit length; it goes as a message (until 2026-11-29
+     * the length wrapped, the target closed the connection for a malformed
+     * message and the process aborted) */
+    pscom_request_t *big = put_xheader(con, rkey, 65535, src, 200, 64);
+    TU_ASSERT_SUCCESSFUL(big);
+    pscom_request_free(big);
+    pscom_test_any();
+    TU_ASSERT_EQ(cb[PSCOM_RMA_PUT], 2);
+    TU_ASSERT_PATTERN(win + 200, 64, 77);
+    TU_ASSERT_EQ(con->state, PSCOM_CON_STATE_RW);
+    /* one byte more cannot go on the wire: the put fails at the origin */
+    big = put_xheader(con, rkey, 65536, src, 200, 64);
+    TU_ASSERT_MSG(big->state & PSCOM_REQ_STATE_ERROR, "[%s]", tu_state_str(big->state));
+    pscom_request_free(big);
+    TU_ASSERT_EQ(cb[PSCOM_RMA_PUT], 2);
+    TU_ASSERT_EQ(con->state, PSCOM_CON_STATE_RW);
+
     /* rendezvous to itself, posted before and after */
     size_t n            = 1u << 20;
     unsigned char *sbuf = tu_malloc(n), *rbuf = tu_malloc(n);
@@ -199,6 +267,22 @@ static int self(tu_ctx_t *ctx)
     }
     free(sbuf);
     free(rbuf);
+
+    /* a second connection to itself, closed from a PUT callback while a
+     * fetch-op's target side waits behind it */
+    close_con = pscom_open_connection(sock);
+    TU_ASSERT_OK(pscom_connect(close_con, NULL, 0, PSCOM_CON_FLAG_DIRECT));
+    TU_ASSERT_OK(pscom_rkey_generate(close_con, got, rl, &close_rkey));
+    pscom_register_rma_callbacks(cb_put_then_close, memh, PSCOM_RMA_PUT);
+    rma_op(close_con, close_rkey, pscom_post_rma_put, sizeof(pscom_xheader_rma_put_t), src, NULL,
+           NULL, 300, 64);
+    TU_ASSERT_NOT_NULL(close_fop);
+    pscom_wait(close_fop);
+    /* its answer could not come: the connection was closed before */
+    TU_ASSERT_MSG(close_fop->state & PSCOM_REQ_STATE_ERROR, "fetch-op: [%s]",
+                  tu_state_str(close_fop->state));
+    pscom_request_free(close_fop);
+    TU_ASSERT_OK(pscom_rkey_destroy(close_rkey));
 
     TU_ASSERT_OK(pscom_rkey_destroy(rkey));
     TU_ASSERT_OK(pscom_mem_deregister(memh));

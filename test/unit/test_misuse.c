@@ -69,6 +69,18 @@ static void send_without_connection(void)
     pscom_post_send(r);
 }
 
+static void send_to_null(void)
+{
+    char b[4] = "abc";
+    pscom_send(NULL, NULL, 0, b, sizeof(b));
+}
+
+static void send_inplace_to_null(void)
+{
+    char b[4] = "abc";
+    pscom_send_inplace(NULL, NULL, 0, b, sizeof(b), NULL, NULL);
+}
+
 static void cancel_recv_as_send(void)
 {
     pscom_cancel_send(pending_recv());
@@ -134,6 +146,16 @@ static void post_bcast_root_outside(void)
     pscom_post_bcast(r);
 }
 
+static void group_id_of_null(void)
+{
+    pscom_group_get_id(NULL);
+}
+
+static void group_find_without_socket(void)
+{
+    pscom_group_find(NULL, 1);
+}
+
 static void post_bcast_without_socket(void)
 {
     pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_bcast_t), 0);
@@ -185,6 +207,9 @@ static void test_misuse_aborts(void **state)
     expect_abort(free_pending, "pscom_request_free", "freed only when DONE");
     expect_abort(probe_pending, "pscom_iprobe", "probed only when DONE");
     expect_abort(send_without_connection, "pscom_post_send", "needs a connection");
+    /* (until 2026-11-29 these two crashed: SIGSEGV) */
+    expect_abort(send_to_null, "pscom_send", "needs a connection");
+    expect_abort(send_inplace_to_null, "pscom_send_inplace", "needs a connection");
     expect_abort(cancel_recv_as_send, "pscom_cancel_send", "a send request");
     expect_abort(con_type_out_of_range, "pscom_con_type_mask_only", "con_type < 64");
     expect_abort(resume_without_listen, "pscom_resume_listen", "pscom_listen() before");
@@ -197,6 +222,8 @@ static void test_misuse_aborts(void **state)
     expect_abort(bcast_root_outside, "pscom_bcast", "a root within the group");
     expect_abort(post_bcast_without_socket, "pscom_post_bcast", "a broadcast names its socket");
     expect_abort(post_bcast_root_outside, "pscom_post_bcast", "a root within the group");
+    expect_abort(group_id_of_null, "pscom_group_get_id", "an open group");
+    expect_abort(group_find_without_socket, "pscom_group_find", "a socket");
 }
 
 static void test_prepare_never_overflows(void **state)

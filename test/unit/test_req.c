@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "capture.h"
 #include "pscom.h"
 #include "pscom_con.h"
 #include "pscom_req.h"
@@ -172,6 +173,36 @@ static void test_unexpected_merge_state(void **state)
     pscom_request_free(r);
 }
 
+/* A message the loopback connection's own receive side rejects (here an
+ * unknown type; over loopback also a bcast or RMA notice whose xheader
+ * length had wrapped): the connection fails with a protocol error, the
+ * send with ERROR. Until 2026-11-29 the loopback transport then retired
+ * the message from the emptied send queue: an assertion, the process
+ * aborted. */
+static void test_loopback_protocol_error(void **state)
+{
+    pscom_connection_t *c = pscom_open_connection(sock);
+    assert_int_equal(pscom_connect(c, NULL, 0, PSCOM_CON_FLAG_DIRECT), PSCOM_SUCCESS);
+    char data[8]       = "garbage";
+    pscom_request_t *r = pscom_request_create(0, 0);
+    r->connection      = c;
+    r->data            = data;
+    r->data_len        = sizeof(data);
+    r->xheader_len     = 0;
+    pscom_req_state_set(r, PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED);
+    capture_t cap;
+    capture_stderr_begin(&cap);
+    pscom_con_post_send(pscom_con_from_pub(c), pscom_req_from_pub(r), 0xee);
+    char *log = capture_stderr_end(&cap);
+    assert_non_null(strstr(log, "protocol error: unknown message type (238)"));
+    free(log);
+    assert_true(r->state & PSCOM_REQ_STATE_DONE);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    assert_int_equal(c->state, PSCOM_CON_STATE_CLOSED);
+    pscom_request_free(r);
+    pscom_close_connection(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -179,6 +210,7 @@ int main(void)
         cmocka_unit_test(test_send_recv_states),
         cmocka_unit_test(test_cancel_recv),
         cmocka_unit_test(test_unexpected_merge_state),
+        cmocka_unit_test(test_loopback_protocol_error),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
