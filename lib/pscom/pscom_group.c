@@ -119,11 +119,12 @@ static int req_done(void *arg)
 
 /* Blocking receive of one collective message (lock held). Copies the
  * user part of the xheader (after the bcast header) and the data. */
-static int coll_recv(pscom_sock_t *sock, uint8_t type, pscom_connection_t *con,
-                     const pscom_xheader_bcast_t *key, void *xh, size_t xh_len, void *data,
-                     size_t data_len)
+static int coll_recv(uint8_t type, pscom_connection_t *con, const pscom_xheader_bcast_t *key,
+                     void *xh, size_t xh_len, void *data, size_t data_len)
 {
-    struct pscom_sock_coll *c = coll_of(sock);
+    /* the queues of the connection's socket, where its messages arrive
+     * (a group may have members on other sockets than its own) */
+    struct pscom_sock_coll *c = coll_of(pscom_con_from_pub(con)->sock);
     size_t full_xlen          = sizeof(pscom_xheader_bcast_t) + xh_len;
     pscom_req_t *req          = NULL;
     if (!c) return -1;
@@ -218,7 +219,9 @@ PSCOM_API pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group
     pscom_sock_t *sock = pscom_sock_from_pub(socket);
     pscom_api_check(my_grank < group_size, "my_grank < group_size");
     for (uint32_t i = 0; i < group_size; i++)
-        pscom_api_check(connections[i], "a connection for every member, self included");
+        pscom_api_check(connections[i] &&
+                            pscom_con_from_pub(connections[i])->magic == PSCOM_CON_MAGIC,
+                        "a connection for every member, self included");
     pscom_api_check(!pscom_group_find(socket, group_id), "a group id unique on the socket");
     pscom_lock();
     struct pscom_sock_coll *c = coll_of(sock);
@@ -294,8 +297,7 @@ static int bcast_locked(pscom_group_t *g, uint32_t root, void *xh, size_t xh_len
     }
     if (vr) {
         uint32_t parent = member(g, (vr - 1) / BCAST_FANOUT, root);
-        res = coll_recv(g->sock, PSCOM_MSGTYPE_BCAST, g->cons[parent], &hdr, xh, xh_len, data,
-                        data_len);
+        res = coll_recv(PSCOM_MSGTYPE_BCAST, g->cons[parent], &hdr, xh, xh_len, data, data_len);
     }
     if (res) { /* nothing to pass on: the subtree's broadcasts fail as well */
         hdr.bcast_arg1 = BCAST_FAILED;
@@ -360,8 +362,8 @@ PSCOM_API void pscom_barrier(pscom_group_t *group)
         int pending               = 0;
         coll_send(group->cons[(me + k) % n], PSCOM_MSGTYPE_BARRIER, &hdr, NULL, 0, NULL, 0,
                   &pending);
-        coll_recv(group->sock, PSCOM_MSGTYPE_BARRIER, group->cons[(me + n - k % n) % n], &hdr,
-                  NULL, 0, NULL, 0);
+        coll_recv(PSCOM_MSGTYPE_BARRIER, group->cons[(me + n - k % n) % n], &hdr, NULL, 0, NULL,
+                  0);
         pscom_wait_until(none_pending, &pending);
     }
     pscom_unlock();

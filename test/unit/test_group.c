@@ -9,6 +9,8 @@
  *    2026-11-29 they stayed in the socket's queue, keyed by the
  *    connection's address: a later connection at the same address got the
  *    stale data as a new broadcast.
+ *  - member_on_other_socket: a member's connection of another socket than
+ *    the group's works (until 2026-11-29 its broadcast waited forever).
  *  - failed_parent: a member whose parent's connection failed has no data
  *    to pass on. Its children's broadcasts fail too (until 2026-11-29 it
  *    sent them its buffer as it was, and theirs ended successfully with
@@ -37,6 +39,7 @@
 #include "pscom_con.h"
 #include "pscom_plugin.h"
 #include "pscom_queues.h"
+#include "pscom_sock.h"
 #include "pscom_wire.h"
 
 #define GID 9
@@ -197,6 +200,31 @@ static void test_kept_while_open(void **state)
     pscom_group_close(g);
 }
 
+/* A member's connection on another socket than the group's: its messages
+ * are queued at its own socket, and found there (until 2026-11-29 the
+ * broadcast looked at the group's socket only and waited forever). */
+static void test_member_on_other_socket(void **state)
+{
+    fixture_t *f            = *state;
+    pscom_socket_t *other   = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
+    pscom_con_t *c          = pscom_con_create(pscom_sock_from_pub(other));
+    c->user_closed          = 0;
+    c->transport            = &fake_desc;
+    c->pub.state            = PSCOM_CON_STATE_RW;
+    pscom_con_list(c);
+    feed_bcast(c, "FAR", 4);
+    pscom_connection_t *cons[2] = {&c->pub, &f->b->pub};
+    pscom_group_t *g            = pscom_group_open(f->socket, GID, 1, 2, cons);
+    char data[16]               = {0};
+    pscom_request_t *r = post_bcast(f, data, sizeof(data), 0, sizeof(pscom_xheader_bcast_t));
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(data, "FAR");
+    pscom_request_free(r);
+    pscom_group_close(g);
+    c->transport = NULL;
+    pscom_close_socket(other);
+}
+
 static void test_failed_parent(void **state)
 {
     fixture_t *f = *state;
@@ -304,6 +332,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dropped_at_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dropped_after_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kept_while_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_member_on_other_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_parent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_xheader_too_long, setup, teardown),
         cmocka_unit_test_setup_teardown(test_xheader_cut, setup, teardown),
