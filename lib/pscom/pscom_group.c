@@ -212,6 +212,18 @@ static void coll_send(pscom_connection_t *connection, uint8_t type,
 
 /* ---- API ------------------------------------------------------------------------ */
 
+/* lock held */
+static pscom_group_t *find_group(pscom_sock_t *sock, uint32_t group_id)
+{
+    if (!sock->coll) return NULL;
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &sock->coll->groups) {
+        pscom_group_t *g = pscom_list_entry(pos, pscom_group_t, next);
+        if (g->id == group_id) return g;
+    }
+    return NULL;
+}
+
 PSCOM_API pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
                                           uint32_t my_grank, uint32_t group_size,
                                           pscom_connection_t **connections)
@@ -222,8 +234,8 @@ PSCOM_API pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group
         pscom_api_check(connections[i] &&
                             pscom_con_from_pub(connections[i])->magic == PSCOM_CON_MAGIC,
                         "a connection for every member, self included");
-    pscom_api_check(!pscom_group_find(socket, group_id), "a group id unique on the socket");
     pscom_lock();
+    pscom_api_check(!find_group(sock, group_id), "a group id unique on the socket");
     struct pscom_sock_coll *c = coll_of(sock);
     pscom_group_t *g          = c ? calloc(1, sizeof(*g)) : NULL;
     if (g) g->cons = malloc(group_size * sizeof(*g->cons));
@@ -259,14 +271,10 @@ PSCOM_API void pscom_group_close(pscom_group_t *group)
 PSCOM_API pscom_group_t *pscom_group_find(pscom_socket_t *socket, uint32_t group_id)
 {
     pscom_api_check(socket, "a socket");
-    pscom_sock_t *sock = pscom_sock_from_pub(socket);
-    if (!sock->coll) return NULL;
-    pscom_list_t *pos;
-    pscom_list_for_each(pos, &sock->coll->groups) {
-        pscom_group_t *g = pscom_list_entry(pos, pscom_group_t, next);
-        if (g->id == group_id) return g;
-    }
-    return NULL;
+    pscom_lock();
+    pscom_group_t *g = find_group(pscom_sock_from_pub(socket), group_id);
+    pscom_unlock();
+    return g;
 }
 
 PSCOM_API uint32_t pscom_group_get_id(pscom_group_t *group)
@@ -327,12 +335,13 @@ PSCOM_API void pscom_post_bcast(pscom_request_t *request)
 {
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_api_check(request->socket, "a broadcast names its socket");
-    pscom_group_t *g = pscom_group_find(request->socket, request->xheader.bcast.group_id);
+    pscom_lock();
+    pscom_group_t *g = find_group(pscom_sock_from_pub(request->socket),
+                                  request->xheader.bcast.group_id);
     pscom_api_check(g, "the group of xheader.bcast exists");
     pscom_api_check(request->xheader.bcast.bcast_root < g->size, "a root within the group");
     size_t hdr       = sizeof(pscom_xheader_bcast_t);
     size_t user_xlen = request->xheader_len > hdr ? request->xheader_len - hdr : 0;
-    pscom_lock();
     int root = request->xheader.bcast.bcast_root == g->my_grank;
     pscom_req_state_set(request, PSCOM_REQ_STATE_POSTED | (root ? PSCOM_REQ_STATE_SEND_REQUEST
                                                                 : PSCOM_REQ_STATE_RECV_REQUEST));
