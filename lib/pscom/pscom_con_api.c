@@ -95,6 +95,7 @@ PSCOM_API pscom_err_t pscom_connect(pscom_connection_t *connection, const char *
     }
     if (kind == PSCOM_CON_FLAG_ONDEMAND) {
         pscom_ondemand_setup(con, &ep);
+        pscom_sock_ondemand_added(sock);
         goto out;
     }
     res = connect_direct(con, &ep);

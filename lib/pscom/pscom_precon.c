@@ -618,8 +618,7 @@ int pscom_precon_accept(pscom_con_t *con, int fd)
     if (pscom_ufd_add(&pre->ufd) < 0) {
         pre->ufd.fd = -1;
         close(fd);
-        con->precon = NULL;
-        free(pre);
+        precon_destroy(pre); /* (counted: a free() alone left it running for good) */
         return -1;
     }
     /* we answer the peer's HELLO: by then we know which connection it is for */

@@ -293,6 +293,7 @@ PSCOM_API pscom_err_t pscom_listen(pscom_socket_t *socket, int portno)
     pscom_lock();
     if (sock->listen_ufd.fd >= 0) {
         if (portno == PSCOM_ANYPORT || portno == socket->listen_portno) {
+            sock->listen_stop_pending = 0; /* listening again, as pscom_resume_listen */
             listen_activate(sock);
             goto out;
         }
@@ -319,6 +320,13 @@ PSCOM_API void pscom_stop_listen(pscom_socket_t *socket)
         listen_deactivate(sock);
     }
     pscom_unlock();
+}
+
+void pscom_sock_ondemand_added(pscom_sock_t *sock)
+{
+    if (sock->listen_active || sock->listen_ufd.fd < 0) return;
+    listen_activate(sock);
+    if (sock->listen_active) sock->listen_stop_pending = 1; /* off again once none waits */
 }
 
 void pscom_sock_ondemand_changed(pscom_sock_t *sock)

@@ -34,6 +34,10 @@ static inline pscom_sock_t *pscom_sock_from_pub(pscom_socket_t *socket)
 
 /* An on-demand connection of the socket got connected, failed or closed. */
 void pscom_sock_ondemand_changed(pscom_sock_t *sock);
+/* An on-demand connection was made on sock: its peer may connect to us,
+ * also after pscom_stop_listen (spec 1.3, 5.7), so a stopped listener
+ * comes back until no on-demand connection waits any more. */
+void pscom_sock_ondemand_added(pscom_sock_t *sock);
 
 /* Can a blocking wait still get anything through the sockets? Deadlock
  * detection (pscom_progress.c), for the case that fds or pollers are left

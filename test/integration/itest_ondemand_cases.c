@@ -15,6 +15,15 @@
  *   Messages flow both ways. Once connected, the listeners really are off:
  *   a new DIRECT connect to the server fails (ETIMEDOUT: nobody accepts),
  *   and works again after pscom_resume_listen.
+ * "stop_listen_before": the same with both listeners stopped before the
+ *   on-demand connections are made: making them turns the listeners on
+ *   again until they are connected (spec 1.3, 5.7; until 2026-11-29 they
+ *   stayed off, nobody accepted, and the first message waited forever).
+ * "listen_again": the server stops its listener while its on-demand
+ *   connection waits (the stop is deferred), then calls pscom_listen(ANYPORT)
+ *   again: once connected, its listener stays on, and the client's DIRECT
+ *   connect works at once (until 2026-11-29 the deferred stop still
+ *   switched it off).
  * "refused": the client has on-demand connections to the server, the
  *   server none to the client. A first write from the lower name (it
  *   connects) and from a higher name ("zzzzzzzz": it asks for a
@@ -141,13 +150,21 @@ static void send_fails(pscom_connection_t *con, pscom_err_t expected_err)
 
 /* ---- stop_listen ------------------------------------------------------------------- */
 
+static enum {
+    STOP_AFTER,    /* stopped after the on-demand connections were made */
+    STOP_BEFORE,   /* stopped before: they turn the listeners on again */
+    STOP_RELISTEN, /* stopped, then pscom_listen(ANYPORT): stays on */
+} stop_mode;
+
 static int stop_server(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, NULL);
+    if (stop_mode == STOP_BEFORE) pscom_stop_listen(s);
     char *ep;
     pscom_connection_t *c = ondemand_to_peer(ctx, s, "client01", &ep);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1); /* the client has its connection, is suspended */
-    pscom_stop_listen(s);
+    if (stop_mode != STOP_BEFORE) pscom_stop_listen(s);
+    if (stop_mode == STOP_RELISTEN) TU_ASSERT_OK(pscom_listen(s, PSCOM_ANYPORT));
 
     tu_send_pattern(c, 11, MSG_LEN); /* we are the higher name: back-connect */
     tu_recv_pattern(c, 12, MSG_LEN);
@@ -157,10 +174,10 @@ static int stop_server(tu_ctx_t *ctx)
 
     /* the client tries a DIRECT connect to our stopped listener */
     TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 2);
-    pscom_resume_listen(s);
+    if (stop_mode != STOP_RELISTEN) pscom_resume_listen(s);
     tu_signal(ctx, 1, 3);
     TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), 4); /* it connected */
-    TU_ASSERT_EQ(accepts, 1);
+    TU_ASSERT_EQ(accepts, stop_mode == STOP_RELISTEN ? 2 : 1);
     tu_recv_pattern(c, 14, MSG_LEN);
     pscom_close_socket(s);
     free(ep);
@@ -170,9 +187,10 @@ static int stop_server(tu_ctx_t *ctx)
 static int stop_client(tu_ctx_t *ctx)
 {
     pscom_socket_t *s = open_sock(ctx, NULL);
+    if (stop_mode == STOP_BEFORE) pscom_suspend_listen(s);
     char *ep;
     pscom_connection_t *c = ondemand_to_peer(ctx, s, "server", &ep);
-    pscom_suspend_listen(s);
+    if (stop_mode != STOP_BEFORE) pscom_suspend_listen(s);
     tu_signal(ctx, TU_SERVER, 1);
 
     tu_recv_pattern(c, 11, MSG_LEN);
@@ -180,12 +198,17 @@ static int stop_client(tu_ctx_t *ctx)
     tu_send_pattern(c, 12, MSG_LEN);
     tu_recv_pattern(c, 13, MSG_LEN);
 
-    /* the server's listener is off now that nothing waits any more */
+    /* the server's listener is off now that nothing waits any more
+     * (unless it listened again) */
     pscom_connection_t *d = pscom_open_connection(s);
     int before            = errors;
-    TU_ASSERT_ERR(pscom_connect(d, ep, 0, PSCOM_CON_FLAG_DIRECT), PSCOM_ERR_STDERROR);
-    TU_ASSERT_EQ(errno, ETIMEDOUT);
-    TU_ASSERT_EQ(errors, before + 1);
+    if (stop_mode == STOP_RELISTEN) {
+        TU_ASSERT_OK(pscom_connect(d, ep, 0, PSCOM_CON_FLAG_DIRECT));
+    } else {
+        TU_ASSERT_ERR(pscom_connect(d, ep, 0, PSCOM_CON_FLAG_DIRECT), PSCOM_ERR_STDERROR);
+        TU_ASSERT_EQ(errno, ETIMEDOUT);
+        TU_ASSERT_EQ(errors, before + 1);
+    }
     pscom_close_connection(d);
     tu_signal(ctx, TU_SERVER, 2);
     TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 3); /* resumed */
@@ -413,6 +436,10 @@ int main(void)
     setenv("PSP_PRECON_TCP_CONNECT_STALLED_MAX", "3", 0);
     int rc = 0;
     rc |= tu_run("od_stop_listen", 1, stop_server, stop_client, NULL);
+    stop_mode = STOP_BEFORE;
+    rc |= tu_run("od_stop_listen_before", 1, stop_server, stop_client, NULL);
+    stop_mode = STOP_RELISTEN;
+    rc |= tu_run("od_listen_again", 1, stop_server, stop_client, NULL);
     rc |= tu_run("od_refused", 1, refused_server, refused_client, NULL);
     rc |= tu_run("od_no_backconnect", 1, noback_server, noback_client, NULL);
     tu_opts_t gaveup = {.before_init = gaveup_before_init};
