@@ -34,7 +34,8 @@ static void usage(FILE *out)
             "Show information about the pscom library.\n"
             "  -v, --version   print the version\n"
             "  -c, --config    print the configuration (PSP_* variables, current values)\n"
-            "  -d, --doc       with -c: add documentation and defaults\n"
+            "  -d, --doc, --documentation\n"
+            "                  with -c: add documentation and defaults\n"
             "  -h, --help      show this help\n",
             progname);
 }
@@ -73,6 +74,7 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'v'},
         {"config", no_argument, NULL, 'c'},
         {"doc", no_argument, NULL, 'd'},
+        {"documentation", no_argument, NULL, 'd'}, /* the established tool's name */
         {"hidden", no_argument, NULL, 'x'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},

@@ -10,13 +10,17 @@
  *   cleanly when that client closes its connection.
  *
  * Client:  pscom_pp -c [options] <ip>:<port>@<name>
- *   Sends messages of growing size (minsize, +1 while < 2, then times sqrt(2)
- *   rounded, up to maxsize) and prints one row per size:
+ *   Sends messages of growing size (minsize, +1 while < 2, then times sqrt(2),
+ *   each rounded from the unrounded product: 0 1 2 3 4 6 8 11 16 23 32 ...
+ *   1024 ... 4194304; up to maxsize) and prints one row per size:
  *     msize loops time throughput
  *   time is the elapsed time of the loop in microseconds divided by
  *   2 * loops (half a round trip); throughput is msize / time (MB/s with
- *   MB = 10^6 bytes). The number of loops shrinks by sqrt(2) after every
- *   size whose loop took longer than the time budget (-t, milliseconds).
+ *   MB = 10^6 bytes). The number of loops shrinks by sqrt(2) (rounded from
+ *   the unrounded value: 1024 724 512 362 256 ...) after every size whose
+ *   loop took longer than the time budget (-t, milliseconds). With -V, a
+ *   size whose data came back wrong prints "%7lu Error in communication..."
+ *   instead of its row; the run goes on, and exits 1.
  *
  * The output format is relied on by scripts; keep it unchanged.
  */
@@ -109,11 +113,20 @@ static void *alloc_buf(size_t len)
     return p;
 }
 
-static unsigned long next_size(unsigned long ms)
+/* The next size: +1 below 2, then x sqrt(2). *exact keeps the unrounded
+ * value, so that every second size is a power of two times the first
+ * (0 1 2 3 4 6 8 11 16 23 32 ... 1024 ... 4194304, as the established
+ * tool prints; rounding each step drifted: ... 1056 1493 ..., and no
+ * 4 MiB row by default); the size sent is the rounded value. */
+static unsigned long next_size(unsigned long ms, double *exact)
 {
     unsigned long next;
-    if (ms < 2) return ms + 1;
-    next = (unsigned long)((double)ms * PP_SQRT2 + 0.5);
+    if (*exact < 2.0) {
+        *exact = (double)ms + 1.0;
+        return ms + 1;
+    }
+    *exact *= PP_SQRT2;
+    next = (unsigned long)(*exact + 0.5);
     return next > ms ? next : ms + 1;
 }
 
@@ -486,13 +499,14 @@ static int run_server(void)
         serve_peer(peer, &rreq, &sreq, &buf, &cap);
         pscom_close_connection(peer->con);
         peer_remove_head();
+        if (arg.verbose) { /* after each client: without -1 the server never ends */
+            print_config(stdout);
+            pscom_dump_info(stdout);
+            fflush(stdout);
+        }
         if (arg.once) break;
     }
 
-    if (arg.verbose) {
-        print_config(stdout);
-        pscom_dump_info(stdout);
-    }
     if (pscom_req_is_done(rreq)) pscom_request_free(rreq);
     if (pscom_req_is_done(sreq)) pscom_request_free(sreq);
     pscom_close_socket(sock);
@@ -629,7 +643,9 @@ static int run_client(void)
     pscom_socket_t *sock;
     pp_client_t c;
     pscom_err_t rc;
-    unsigned loops = arg.loops;
+    unsigned loops       = arg.loops;
+    double loops_exact   = arg.loops; /* shrinks by sqrt(2) unrounded, as the sizes grow */
+    double ms_exact      = arg.minsize;
     unsigned long ms;
     int ret = 0;
 
@@ -682,7 +698,7 @@ static int run_client(void)
     printf("%7s %8s %8s %8s\n", "[bytes]", "[cnt]", "[us/cnt]", "[MB/s]");
     fflush(stdout);
 
-    for (ms = arg.minsize; ms <= arg.maxsize; ms = next_size(ms)) {
+    for (ms = arg.minsize; ms <= arg.maxsize; ms = next_size(ms, &ms_exact)) {
         double elapsed = 0.0, t;
         int res        = run_size(&c, ms, loops, &elapsed);
 
@@ -697,13 +713,20 @@ static int run_client(void)
             for (unsigned i = 0; i < loops; i++) printf("%5d %8.1f\n", (int)i, c.histo[i]);
         }
         t = elapsed / (2.0 * loops);
-        printf("%7lu %8u %8.2f %8.2f%s\n", ms, loops, t, t > 0.0 ? (double)ms / t : 0.0,
-               arg.verify ? (res == 0 ? " ok" : " failed") : "");
+        if (res > 0) {
+            /* -V found wrong data: the error line instead of the row, and
+             * on to the next size (the exit status says it) */
+            printf("%7lu Error in communication...\n", ms);
+            ret = 1;
+        } else {
+            printf("%7lu %8u %8.2f %8.2f%s\n", ms, loops, t, t > 0.0 ? (double)ms / t : 0.0,
+                   arg.verify ? " ok" : "");
+        }
         fflush(stdout);
-        if (res > 0) ret = 1;
 
         if (elapsed / 1000.0 > (double)arg.time_ms) {
-            loops = (unsigned)((double)loops / PP_SQRT2);
+            loops_exact /= PP_SQRT2;
+            loops = (unsigned)(loops_exact + 0.5);
             if (loops < 1) loops = 1;
         }
         if (ms == PSCOM_DATA_LEN_MASK) break;

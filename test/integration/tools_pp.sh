@@ -9,11 +9,16 @@
 #   - the server's banner and its "New connection ... via CONTYPE" line,
 #     and that -1 makes it exit after the client;
 #   - the client's table: exact header rows, one row per size in the
-#     documented sequence (+1 below 2, then x sqrt(2) rounded), the loop
+#     documented sequence (+1 below 2, then x sqrt(2), rounded from the
+#     unrounded product), the loop
 #     count asked for, time and throughput in the documented formats and
 #     consistent with each other (throughput = msize / time), " ok" from -V;
 #   - --xheader is capped at 100;
 #   - -i prints the histogram format;
+#   - loops shrink by sqrt(2) (-t 0), rounded from the unrounded value;
+#   - -V with wrong data (server --sepbuf): "Error in communication..." per
+#     size, exit 1;
+#   - a verbose server without -1 prints its report after each client;
 #   - a client whose server is gone fails with an error, and does not hang;
 #   - stdout is checked as users parse it; stderr may hold nothing but the
 #     library's own log lines ("<PSP:...>", e.g. a PSP_* value adjusted);
@@ -47,7 +52,9 @@ start_server() {
     # below reaches it (timeout forwards no signal that comes before it
     # knows its child's pid, which happens on a loaded machine). ctest's
     # TIMEOUT bounds a hanging server; the trap kills it.
-    "$PP" -l 0 -1 "$@" >"$TMP/srv.fifo" 2>>"$TMP/server.err" &
+    local once=-1
+    [[ -n ${NO_ONCE:-} ]] && once=
+    "$PP" -l 0 $once "$@" >"$TMP/srv.fifo" 2>>"$TMP/server.err" &
     SPID=$!
     exec 3<"$TMP/srv.fifo"
     rm "$TMP/srv.fifo"
@@ -97,8 +104,11 @@ expect_line "$TMP/client.out" 1 "Xheader : 12 bytes"
 expect_line "$TMP/client.out" 2 "$(printf '%7s %8s %8s %8s' msize loops time throughput)"
 expect_line "$TMP/client.out" 3 "$(printf '%7s %8s %8s %8s' '[bytes]' '[cnt]' '[us/cnt]' '[MB/s]')"
 
-# sizes: 0 1 2, then x sqrt(2) rounded at every step, up to 1024
-expected_sizes=$(awk 'BEGIN { s = 0; while (s <= 1024) { print s; s = s < 2 ? s + 1 : int(s * sqrt(2) + 0.5) } }')
+# sizes: 0 1 2, then x sqrt(2), each rounded from the unrounded product (as the
+# established tool: every second size a power of two; until 2026-11-29 each
+# step was rounded and the sizes drifted: ... 528 747 1056)
+expected_sizes=$(awk 'BEGIN { e = 0; s = 0; while (s <= 1024) { print s; if (e < 2) { e++; s = e } else { e *= sqrt(2); s = int(e + 0.5) } } }')
+echo "$expected_sizes" | grep -qx 1024 || fail "the expected sizes miss 1024 (test bug)"
 got_sizes=$(awk 'NR > 3 { print $1 }' "$TMP/client.out")
 [[ $got_sizes == "$expected_sizes" ]] ||
     fail "sizes: expected $(echo $expected_sizes), got $(echo $got_sizes)"
@@ -139,6 +149,46 @@ if [[ -n ${TOOLS_PP_STDERR_EXPECT:-} ]]; then
             fail "$(basename "$f"): no line matching '$TOOLS_PP_STDERR_EXPECT'"
     done
 fi
+
+# ---- 2b. loops shrink by sqrt(2), rounded from the unrounded value -------------
+# (-t 0: every size exceeds the budget; until 2026-11-29 each step was
+# truncated: 1024 724 511 361 ...)
+start_server
+timeout 60 "$PP" -c "$EP" --maxsize 20 -t 0 -n 1024 >"$TMP/loops.out" 2>>"$TMP/client.err" ||
+    fail "loops client exited with $?"
+finish_server
+got=$(awk 'NR > 3 { printf "%s ", $2 }' "$TMP/loops.out")
+[[ $got == "1024 724 512 362 256 181 128 91 64 " ]] || fail "loops: got '$got'"
+
+# ---- 2c. -V and wrong data: the error line, and on to the next size ------------
+# (the server replies from a buffer of its own: --sepbuf; until 2026-11-29
+# the row was printed with " failed")
+start_server --sepbuf
+rc=0
+timeout 60 "$PP" -c "$EP" --minsize 4 --maxsize 8 -n 3 -V >"$TMP/verify.out" 2>>"$TMP/client.err" || rc=$?
+finish_server
+((rc == 1)) || fail "client with wrong data: exit $rc (expected 1)"
+got=$(awk 'NR > 3' "$TMP/verify.out")
+want=$(printf '%7lu Error in communication...\n' 4 6 8)
+[[ $got == "$want" ]] || fail "wrong data: expected the error line per size, got '$got'"
+
+# ---- 2d. a verbose server without -1 prints its report after each client --------
+# (until 2026-11-29 only at its end, which never comes without -1)
+NO_ONCE=1 start_server -v
+timeout 60 "$PP" -c "$EP" --maxsize 8 -n 5 >/dev/null 2>>"$TMP/client.err" || fail "client exited with $?"
+found=
+while IFS= read -r line <&3; do
+    echo "$line" >>"$TMP/server.out"
+    if [[ $line == "# pscom_pp configuration:" ]]; then
+        found=1
+        break
+    fi
+done
+[[ -n $found ]] || fail "the verbose server printed no report after its client"
+kill "$SPID"
+wait "$SPID" 2>/dev/null || true
+SPID=
+exec 3<&-
 
 # ---- 3. the server is gone: an error, no hang -----------------------------------
 start_server
