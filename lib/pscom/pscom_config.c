@@ -55,8 +55,8 @@ static const pscom_env_entry_t config_general[] = {
     {"DEADLOCK_WARNINGS", "0", "a blocking wait that nothing can end (no "
      "listener, connection, handshake, timer or queued callback; never with "
      "pscom_init_thread): warn this many times one second apart, then "
-     "_exit(112) (0 = exit at once, -1 = warn once, never exit)",
-     CFG(deadlock_warnings), PSCOM_ENV_INT, 0},
+     "_exit(112) (0 = exit at once, -1 or inf = warn once, never exit)",
+     CFG(deadlock_warnings), PSCOM_ENV_UINT, PSCOM_ENV_NEG1},
     {"GUARD", "0", "keep a guard connection that detects dead peers",
      CFG(guard), PSCOM_ENV_UINT, 0},
     {"IPROBE_COUNT", "0", "pscom_iprobe() calls allowed before one forces "

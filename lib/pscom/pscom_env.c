@@ -161,7 +161,8 @@ void pscom_env_format_value(const pscom_env_entry_t *entry, char *buf, size_t si
         return;
     case PSCOM_ENV_UINT:
         u = *(const unsigned *)entry->target;
-        if (u == PSCOM_ENV_UINT_INF) snprintf(buf, size, "inf");
+        if (u == UINT_MAX && (entry->flags & PSCOM_ENV_NEG1)) snprintf(buf, size, "-1");
+        else if (u == PSCOM_ENV_UINT_INF) snprintf(buf, size, "inf");
         else if (u == PSCOM_ENV_UINT_AUTO) snprintf(buf, size, "auto");
         else snprintf(buf, size, "%u", u);
         return;
@@ -264,7 +265,9 @@ static int env_entry_parse(const pscom_env_table_t *table, const pscom_env_entry
     char *old_dir = entry->type == PSCOM_ENV_DIR ? *(char **)entry->target : NULL;
     int invalid = 0;
 
-    if (val && pscom_env_parse_value(entry->type, val, entry->target) == 0) {
+    if (val && (pscom_env_parse_value(entry->type, val, entry->target) == 0 ||
+                ((entry->flags & PSCOM_ENV_NEG1) && env_word_is(val, "-1") &&
+                 (*(unsigned *)entry->target = UINT_MAX, 1)))) {
         pscom_log_force(pscom_config.debug_param >= 1, PSCOM_LOG_DEBUG,
                         "set %s = %s (default: %s)", name, val, dflt);
     } else {

@@ -33,6 +33,8 @@ typedef enum pscom_env_type {
 
 #define PSCOM_ENV_HAS_PARENT 0x1 /* unset -> inherit "PSP_" + name */
 #define PSCOM_ENV_HIDDEN     0x2 /* printed by pscom_info only with -x */
+#define PSCOM_ENV_NEG1       0x4 /* a uint that also takes -1 (stored as UINT_MAX,
+                                    printed as -1): "never" where documented */
 
 typedef struct pscom_env_entry {
     const char *name;        /* without "PSP_" and prefix; NULL ends the table */
@@ -68,8 +70,12 @@ PSCOM_PLUGIN_API void pscom_env_clamp_uint(const char *name, unsigned *v, unsign
  * message larger than the window: the sender waits for a window as large
  * as its segment and moves on only by zero-window probes, hundreds of
  * milliseconds each (pscom_pp over tcp stopped at 4 KiB messages with 4096,
- * at 32 KiB with 16384). */
-#define PSCOM_TCP_BUF_MIN 32768
+ * at 32 KiB with 16384). A send buffer of 32768 (the established library's
+ * default) holds one such segment: every message larger than it waited
+ * for the receiver's delayed ACK, 40 ms, when the receive buffer was left
+ * to autotuning (44 ms per 64 KiB message instead of 0.03; 2026-11-29);
+ * from 65536 on, two segments fit and the receiver acknowledges at once. */
+#define PSCOM_TCP_BUF_MIN 65536
 PSCOM_PLUGIN_API void pscom_env_clamp_sockbuf(const char *name, unsigned *v);
 
 /* Parse one value of the given type into target. Returns 0 or -1 (EINVAL). */

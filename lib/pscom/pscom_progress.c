@@ -572,10 +572,10 @@ static __attribute__((noinline)) void deadlock(int (*done)(void *arg), void *arg
 {
     unsigned n = pscom_config.deadlock_warnings;
     if (done(arg)) return;
-    if (n > INT_MAX) {
+    if (n > INT_MAX) { /* -1 (UINT_MAX), inf, or what a negative int wraps to */
         if (!*said)
-            pscom_log(PSCOM_LOG_FATAL, DEADLOCK_WHAT "; waiting on (PSP_DEADLOCK_WARNINGS=%d)",
-                      (int)n);
+            pscom_log(PSCOM_LOG_FATAL, DEADLOCK_WHAT "; waiting on (PSP_DEADLOCK_WARNINGS=%s)",
+                      n == UINT_MAX ? "-1" : "inf");
         *said = 1;
         return;
     }

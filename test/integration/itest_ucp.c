@@ -515,7 +515,7 @@ static void capture_stderr(void)
 
 /* Restore stderr; count the captured lines containing `what`. *total:
  * every line but the library's notes on settings of the environment
- * ("PSP_TCP_SNDBUF=4096: using 32768 (the least)", scripts/sweep.sh). */
+ * ("PSP_TCP_SNDBUF=4096: using 65536 (the least)", scripts/sweep.sh). */
 static int captured_lines(const char *what, int *total)
 {
     fflush(stderr);

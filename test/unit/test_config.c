@@ -82,6 +82,15 @@ static void test_config_env_and_reparse(void **state)
     assert_int_equal(pscom_config.precon_tcp_so_sndbuf, 1048576);
     assert_int_equal(pscom_config.rma_msg_size_direct_mem_copy, 128);
     assert_int_equal(pscom_config.deadlock_warnings, UINT_MAX); /* -1 = never exit */
+    /* a uint (spec): inf and values past INT_MAX mean "never" too (until
+     * 2026-11-29 parsed as an int: invalid, the default 0, exit at once) */
+    setenv("PSP_DEADLOCK_WARNINGS", "inf", 1);
+    pscom_config_init();
+    assert_int_equal(pscom_config.deadlock_warnings, PSCOM_ENV_UINT_INF);
+    setenv("PSP_DEADLOCK_WARNINGS", "4294967295", 1);
+    pscom_config_init();
+    assert_int_equal(pscom_config.deadlock_warnings, UINT_MAX);
+    setenv("PSP_DEADLOCK_WARNINGS", "-1", 1);
 
     setenv("PSP_DEBUG", "0", 1);
     setenv("PSP_PLUGINDIR", "/opt", 1);
@@ -193,6 +202,7 @@ static void test_config_print(void **state)
     assert_non_null(strstr(out, "PSP_RENDEZVOUS=inf\n"));
     assert_non_null(strstr(out, "PSP_NETWORK=\n"));
     assert_non_null(strstr(out, "PSP_WAIT_SPIN_US=1000\n"));
+    assert_non_null(strstr(out, "PSP_DEADLOCK_WARNINGS=0\n"));
     assert_non_null(strstr(out, "##\n### precon\nPSP_PRECON_TYPE=tcp\n"));
     assert_non_null(strstr(out, "##\n### precon.tcp\nPSP_PRECON_TCP_SO_SNDBUF=0\n"));
     assert_non_null(strstr(out, "##\n### rma\nPSP_RMA_MSG_SIZE_DIRECT_MEM_COPY=64\n"));
