@@ -26,6 +26,7 @@ typedef enum log_timing {
     LOG_TIMING_DATE,  /* local date and time */
     LOG_TIMING_WALL,  /* wall-clock seconds since the epoch */
     LOG_TIMING_DELTA, /* time since the previous line */
+    LOG_TIMING_INVALID, /* (parsed only: an unknown value, said, then none) */
 } log_timing_t;
 
 #define LOG_NAME_MAX   8
@@ -54,7 +55,7 @@ static log_timing_t log_timing_parse(const char *str)
     if (!strcasecmp(str, "date")) return LOG_TIMING_DATE;
     if (!strcasecmp(str, "wall")) return LOG_TIMING_WALL;
     if (!strcasecmp(str, "delta")) return LOG_TIMING_DELTA;
-    return LOG_TIMING_NONE;
+    return LOG_TIMING_INVALID;
 }
 
 /* Shell-expand a file name; the result is malloc'ed (NULL on failure). */
@@ -102,6 +103,12 @@ void pscom_log_setup(const char *debug_out, const char *debug_timing)
 
     log_file_close();
     if (debug_out && *debug_out) log_file_open(debug_out);
+    if (log_state.timing == LOG_TIMING_INVALID) { /* (said into the file it names) */
+        log_state.timing = LOG_TIMING_NONE;
+        plog_err("PSP_DEBUG_TIMING: invalid value '%s' (1, us, date, wall or delta), "
+                 "no timestamps",
+                 debug_timing);
+    }
     log_host(); /* now: pscom_log_sigsafe() may only read it */
     errno = saved_errno;
 }
@@ -173,6 +180,7 @@ static int log_fmt_timestamp(char *buf, size_t size)
         last = __atomic_exchange_n(&log_state.t_last_us, now, __ATOMIC_RELAXED);
         return log_fmt_seconds(buf, size, now >= last ? now - last : 0);
     case LOG_TIMING_NONE:
+    case LOG_TIMING_INVALID:
         break;
     }
     buf[0] = '\0';
