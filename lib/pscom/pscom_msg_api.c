@@ -34,8 +34,11 @@ PSCOM_API __attribute__((flatten)) void pscom_post_send(pscom_request_t *request
     pscom_req_t *req = pscom_req_from_pub(request);
     pscom_con_t *con = pscom_con_from_pub(request->connection);
     pscom_req_state_set(request, PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED);
+    /* (a length the wire cannot carry, over 40 bits, fails in send_user as
+     * an eager one does: until 2026-11-29 a rendezvous announced it) */
     if (request->data_len >= con->rendezvous_size && pscom_con_writable(con) &&
-        request->xheader_len <= request->max_xheader_len) {
+        request->xheader_len <= request->max_xheader_len &&
+        request->data_len <= PSCOM_DATA_LEN_MASK) {
         pscom_rndv_send(con, req);
     } else {
         send_user(req);

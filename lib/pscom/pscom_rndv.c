@@ -3,6 +3,7 @@
  */
 #include "pscom_rndv.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include "pscom_con.h"
@@ -200,6 +201,15 @@ static void rts_arrived(pscom_req_t *tmp)
     }
     pscom_rndv_rts_t rts;
     memcpy(&rts, tmp->pub.data, sizeof(rts));
+    if (le64toh(rts.data_len) > PSCOM_DATA_LEN_MASK) {
+        /* more than a message can hold (40 bits): a broken peer */
+        plog_err("%s: protocol error: rendezvous announcement of %llu bytes; closing the "
+                 "connection",
+                 pscom_con_name(con), (unsigned long long)le64toh(rts.data_len));
+        pscom_req_free(tmp);
+        pscom_con_transport_error(con, PSCOM_OP_READ, EPROTO);
+        return;
+    }
     if (con->user_closed) {
         /* spec 5.7: after a local close nothing is matched any more (an
          * any-source receive would be taken and failed): dropped, as the

@@ -11,6 +11,11 @@
  *                        with ERROR and the connection fail with a logged
  *                        reason (until 2026-11-29 the receive completed
  *                        successfully, 990 bytes never written).
+ *   raw_rts_too_long     the peer announces a rendezvous message longer
+ *                        than the 40 bits of a length: a protocol error
+ *                        that closes the connection; the server's
+ *                        any-source receive is not taken (until 2026-11-29
+ *                        it was, with the length cut to 10 bytes).
  *   raw_after_eof        the peer writes its EOF message and a USER
  *                        message behind it in one write(), while the
  *                        server's EOF answer waits behind a 64 MiB send
@@ -240,6 +245,47 @@ static int short_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- raw_rts_too_long --------------------------------------------------------- */
+
+#define TOO_LONG ((1ull << 40) + 10) /* more than the 40 bits of a message's length */
+
+static int long_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = server_open(ctx);
+    unsigned char buf[100];
+    memset(buf, 0xee, sizeof(buf));
+    pscom_request_t *r = any_recv(sock, buf, sizeof(buf));
+    tu_capture_begin();
+    while (!tu_nerrs) pscom_wait_any();
+    char *log = tu_capture_end();
+    TU_ASSERT_EQ(tu_errs[0].op, PSCOM_OP_READ);
+    TU_ASSERT_MSG(strstr(log, "protocol error: rendezvous announcement of 1099511627786 bytes"),
+                  "no log line on the announcement");
+    free(log);
+    /* not taken: the any-source receive is still posted, its buffer as it was */
+    TU_ASSERT_EQ(pscom_cancel_recv(r), 1);
+    TU_ASSERT_BYTES(buf, sizeof(buf), 0xee);
+    pscom_request_free(r);
+    server_close(ctx, sock);
+    return 0;
+}
+
+static int long_client(tu_ctx_t *ctx)
+{
+    int fd = raw_connect(ctx);
+    unsigned char out[256];
+    size_t len            = 0;
+    uint32_t tag          = RAW_TAG;
+    pscom_rndv_rts_t rts = {.sender_id = htole64(78), .data_len = htole64(TOO_LONG)};
+    msg_put(out, &len, PSCOM_MSGTYPE_RENDEZVOUS_REQ, &tag, sizeof(tag), &rts, sizeof(rts));
+    raw_write(fd, out, len);
+    wait_closed(fd); /* the server fails the connection (until 2026-11-29 it took the
+                      * announcement, cut to 10 bytes, and answered CTS) */
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_DONE);
+    close(fd);
+    return 0;
+}
+
 /* ---- raw_after_eof ----------------------------------------------------------- */
 
 static int eof_server(tu_ctx_t *ctx)
@@ -300,6 +346,7 @@ int main(void)
 {
     tu_opts_t opts = {.timeout = 20};
     if (tu_run("raw_short_data", 1, short_server, short_client, &opts)) return 1;
+    if (tu_run("raw_rts_too_long", 1, long_server, long_client, &opts)) return 1;
     setenv("PSP_READAHEAD", "8", 1); /* the EOF alone in the server's first read */
     if (tu_run("raw_after_eof_later_read", 1, eof_server, eof_client, &opts)) return 1;
     unsetenv("PSP_READAHEAD");

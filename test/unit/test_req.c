@@ -203,6 +203,34 @@ static void test_loopback_protocol_error(void **state)
     pscom_close_connection(c);
 }
 
+/* A send longer than the 40 bits of a message's length fails with ERROR
+ * also where it would go by rendezvous (until 2026-11-29 it was announced,
+ * and the receiver took the length cut to 40 bits). Its data is never
+ * read: the buffer is small. */
+static void test_rendezvous_too_long(void **state)
+{
+    pscom_con_t *con     = pscom_con_from_pub(loop);
+    size_t saved         = con->rendezvous_size;
+    con->rendezvous_size = 1000;
+    char data[16]        = "tiny";
+    pscom_request_t *s   = pscom_request_create(0, 0);
+    pscom_req_prepare(s, loop, data, (size_t)PSCOM_DATA_LEN_MASK + 11, NULL, 0);
+    capture_t cap;
+    capture_stderr_begin(&cap);
+    pscom_post_send(s);
+    free(capture_stderr_end(&cap));
+    assert_true(s->state & PSCOM_REQ_STATE_DONE);
+    assert_true(s->state & PSCOM_REQ_STATE_ERROR);
+    assert_false(s->state & PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
+    pscom_request_free(s);
+    con->rendezvous_size = saved;
+    /* the connection goes on */
+    char in[8];
+    pscom_send(loop, NULL, 0, "after", 6);
+    assert_int_equal(pscom_recv_from(loop, NULL, 0, in, 6), PSCOM_SUCCESS);
+    assert_string_equal(in, "after");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -211,6 +239,7 @@ int main(void)
         cmocka_unit_test(test_cancel_recv),
         cmocka_unit_test(test_unexpected_merge_state),
         cmocka_unit_test(test_loopback_protocol_error),
+        cmocka_unit_test(test_rendezvous_too_long),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
