@@ -11,7 +11,12 @@
  *  C. the survivor sends while the peer is receiving (and, with single
  *     copy, the survivor helps copying): no hang, no crash; the send ends
  *     (successfully only if it completed before the kill).
- * In each case con_error(PSCOM_OP_READ, PSCOM_ERR_IOERROR) is called, and
+ *  D. (no kill) the sender's single-copy send is cut off by its close
+ *     (PSP_SHUTDOWN_TIMEOUT) while the survivor stays out of pscom; the
+ *     sender writes its buffer over and lives on. The survivor's receive
+ *     must end with ERROR: until 2026-11-29 it copied the new bytes and
+ *     completed successfully.
+ * In A-C con_error(PSCOM_OP_READ, PSCOM_ERR_IOERROR) is called, and
  * it comes less than 2 s after the peer process is gone; no segment of
  * either process is left in /dev/shm.
  */
@@ -217,6 +222,52 @@ static int c_server(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- D: the sender abandons a single copy and lives on ---------------------- */
+
+#define ABANDONED (1u << 20)
+
+static int d_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_client_connect(ctx, sock);
+    unsigned char *buf      = tu_malloc(ABANDONED);
+    memset(buf, 0x11, ABANDONED);
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, TU_SERVER), 1); /* receive posted */
+    pscom_request_t *s = post(con, buf, ABANDONED, 1); /* announced for a single copy */
+    tu_signal(ctx, TU_SERVER, 2);
+    /* the server stays out of pscom: PSP_SHUTDOWN_TIMEOUT cuts the
+     * connection off, and the send fails: the buffer is ours again */
+    pscom_close_socket(sock);
+    TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_DONE);
+    pscom_request_free(s);
+    memset(buf, 0xee, ABANDONED);
+    tu_signal(ctx, TU_SERVER, 3);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 4); /* alive while the server looks */
+    free(buf);
+    return 0;
+}
+
+static int d_server(tu_ctx_t *ctx)
+{
+    pscom_connection_t *con = server_setup(ctx);
+    unsigned char *buf      = tu_malloc(ABANDONED);
+    memset(buf, 0, ABANDONED);
+    pscom_request_t *r = post(con, buf, ABANDONED, 0);
+    tu_signal(ctx, 1, 1);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 2);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 3); /* (no progress: the client gave up) */
+    pscom_wait(r);
+    TU_ASSERT_MSG(!pscom_req_successful(r) && (r->state & PSCOM_REQ_STATE_ERROR),
+                  "a receive of an abandoned send: [%s], first byte %#x",
+                  tu_state_str(r->state), buf[0]);
+    tu_wait_flag(&con_errors);
+    tu_signal(ctx, 1, 4);
+    pscom_request_free(r);
+    pscom_close_connection(con);
+    free(buf);
+    return 0;
+}
+
 int main(void)
 {
     static const char *const cma[] = {"1", "0"};
@@ -238,5 +289,12 @@ int main(void)
         snprintf(name, sizeof(name), "shm_killed_busy_%s", path);
         if (tu_run(name, 1, c_server, c_client, &opts)) return 1;
     }
+    /* single copy always (not the ring, which the receiver may measure
+     * faster), a close that gives up after 1 s without progress */
+    setenv("PSP_SHM_CMA", "1", 1);
+    setenv("PSP_SHM_ADAPT", "0", 1);
+    setenv("PSP_SHUTDOWN_TIMEOUT", "1", 1);
+    tu_opts_t live = {0};
+    if (tu_run("shm_abandoned_copy", 1, d_server, d_client, &live)) return 1;
     return 0;
 }

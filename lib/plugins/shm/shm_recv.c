@@ -91,6 +91,12 @@ static int shm_rndv_progress(shm_con_t *sc, int *progress)
             if (n > budget) n = budget;
             err = shm_job_run(job, sc->peer_pid, buf, sc->rr_src + sc->rr_done, n,
                               shm_config.copy_chunk, shm_peer_alive, sc, &sc->rr_helped);
+            /* The sender closes its handshake socket before its failed send
+             * hands the buffer back (a cut-off close, PSP_SHUTDOWN_TIMEOUT):
+             * still open after the copy, what we copied was the message;
+             * closed, it may be what the application wrote there since
+             * (until 2026-11-29 delivered as a successful message) */
+            if (!err && !shm_peer_alive(sc)) err = -ECONNRESET;
             if (err) goto failed;
             budget -= n;
         }
@@ -110,6 +116,13 @@ failed:
     sc->rr_active = 0;
     if (err == -ESRCH) { /* the sender is gone */
         pscom_con_transport_error(con, PSCOM_OP_READ, ESRCH);
+        return -1;
+    }
+    if (err == -ECONNRESET) {
+        plog_err("%s: shm: the sender left the connection during the single copy of a message "
+                 "of %llu bytes; the message is dropped",
+                 pscom_con_name(con), (unsigned long long)sc->rr_len);
+        pscom_con_transport_error(con, PSCOM_OP_READ, ECONNRESET);
         return -1;
     }
     if (err == -EPROTO) { /* it wrote garbage into the copy job */
