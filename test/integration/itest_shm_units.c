@@ -15,6 +15,10 @@
  *    (its chunk comes back and the receiver copies it; the sender stops
  *    helping, as the plugin does), 30 times; then with no helper at all.
  *    The destination equals the source every time;
+ *  - the sweep of segments (shm_segment.c): one of a process that is gone
+ *    is removed, one of a live process is kept, and so is any younger than
+ *    the age asked for (until 2026-11-29 a process killed while its peer
+ *    declined shm left its segment in /dev/shm for good);
  *  - a broken sender that overwrites the job's claim word while the
  *    receiver runs it (a chunk index beyond the job; a count that ends the
  *    claims early): the receiver returns -EPROTO at once, without waiting
@@ -25,6 +29,7 @@
 #include "pscom_testutil.h"
 #include "shm_cma.h"
 #include "shm_ring.h"
+#include "shm_segment.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -32,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sched.h>
@@ -277,11 +283,49 @@ static void job_test(void)
     munmap(ctl, sizeof(ctl_t));
 }
 
+/* ---- the sweep of segments whose creator is gone ---------------------------- */
+
+static void make_segment(const char *name)
+{
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    TU_ASSERT_MSG(fd >= 0, "shm_open(%s): %s", name, strerror(errno));
+    close(fd);
+}
+
+static int segment_exists(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd >= 0) close(fd);
+    return fd >= 0;
+}
+
+static void sweep_test(void)
+{
+    pid_t dead = fork();
+    TU_ASSERT(dead >= 0);
+    if (!dead) _exit(0);
+    int status;
+    TU_ASSERT_EQ(tu_sys_waitpid(dead, &status), dead);
+    char gone[64], alive[64];
+    snprintf(gone, sizeof(gone), "/pscom-shm-%d-00000000deadbeef", (int)dead);
+    snprintf(alive, sizeof(alive), "/pscom-shm-%d-00000000a11ce000", (int)getpid());
+    make_segment(gone);
+    make_segment(alive);
+    shm_seg_sweep(3600); /* both young: kept */
+    TU_ASSERT(segment_exists(gone));
+    TU_ASSERT(segment_exists(alive));
+    TU_ASSERT_GE(shm_seg_sweep(0), 1);
+    TU_ASSERT_MSG(!segment_exists(gone), "the segment of a process gone is still there");
+    TU_ASSERT_MSG(segment_exists(alive), "the segment of a live process was removed");
+    shm_unlink(alive);
+}
+
 static int run(tu_ctx_t *ctx)
 {
     (void)ctx;
     ring_test();
     job_test();
+    sweep_test();
     return 0;
 }
 

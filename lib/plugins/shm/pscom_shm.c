@@ -123,6 +123,9 @@ static int shm_init(void)
     }
     pscom_env_clamp_uint("PSP_SHM_CHUNK", &shm_config.chunk, SHM_CHUNK_MIN, UINT_MAX);
     pscom_env_clamp_uint("PSP_SHM_COPY_BUDGET", &shm_config.copy_budget, 4096, UINT_MAX);
+    /* what killed processes of ours left (README.md, Handshake) */
+    unsigned swept = shm_seg_sweep(SHM_SEG_STALE_S);
+    if (swept) plog_dbg("shm: removed %u segment(s) of processes gone in /dev/shm", swept);
     return 0;
 }
 /* ---- handshake blobs ----------------------------------------------------- */

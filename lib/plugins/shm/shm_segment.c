@@ -5,9 +5,12 @@
 #define _GNU_SOURCE
 #include "shm_segment.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -173,4 +176,34 @@ void shm_seg_release(shm_seg_t *seg)
     if (seg->base) munmap(seg->base, seg->size);
     seg->base = NULL;
     seg->size = 0;
+}
+
+unsigned shm_seg_sweep(unsigned min_age_s)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    const char *prefix = SHM_SEG_PREFIX + 1; /* the file name has no '/' */
+    size_t pl          = strlen(prefix);
+    uid_t me           = geteuid();
+    time_t now         = time(NULL);
+    unsigned removed   = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char name[SHM_SEG_NAME_MAX + 2];
+        if (strncmp(e->d_name, prefix, pl)) continue;
+        if (snprintf(name, sizeof(name), "/%s", e->d_name) >= (int)sizeof(name)) continue;
+        if (!shm_seg_name_valid(name, sizeof(name))) continue;
+        char *end;
+        unsigned long pid = strtoul(e->d_name + pl, &end, 10);
+        if (*end != '-' || !pid || pid > 0x7fffffff) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+        time_t changed = st.st_mtime > st.st_ctime ? st.st_mtime : st.st_ctime;
+        if (!S_ISREG(st.st_mode) || st.st_uid != me || now - changed < (time_t)min_age_s)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (shm_unlink(name) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
 }

@@ -93,4 +93,16 @@ static inline uint64_t shm_seg_ring_size(const shm_seg_t *seg)
  * pid and a counter: the names are guarded by O_EXCL anyway). */
 void shm_random(void *buf, size_t len);
 
+/* Remove our segments in /dev/shm whose creator is gone and that are at
+ * least min_age_s seconds old: a process killed between creating its
+ * segment and the peer's attach (or the peer's refusal of shm) leaves it
+ * linked, and nobody else would ever remove it. Live creators (kill(pid, 0)
+ * succeeds or is not allowed) and young segments (a creator in another pid
+ * namespace, its handshake still running) are left alone. Returns the
+ * number removed. */
+unsigned shm_seg_sweep(unsigned min_age_s);
+/* the age from which shm_init() sweeps: far beyond any handshake (its
+ * watchdog ends one after 12 s by default, and the segment goes with it) */
+#define SHM_SEG_STALE_S 120
+
 #endif /* SHM_SEGMENT_H */
