@@ -6,6 +6,7 @@
 #define PSCOM_CON_H
 
 #include "pscom_list.h"
+#include "pscom_misuse.h"
 #include "pscom_types.h"
 
 #define PSCOM_CON_MAGIC 0x636f6e6eu /* "conn" */
@@ -70,6 +71,12 @@ static inline pscom_con_t *pscom_con_from_pub(pscom_connection_t *connection)
 {
     return pscom_container_of(connection, pscom_con_t, pub);
 }
+
+/* API entry (pscom_misuse.h): a connection of pscom_open_connection(), not
+ * gone (a closed one stays until its close has ended) */
+#define pscom_api_check_con(c)                                                   \
+    pscom_api_check((c) && pscom_con_from_pub(c)->magic == PSCOM_CON_MAGIC, \
+                    "a connection of pscom_open_connection(), not closed")
 
 /* Allocate a connection of the socket: state CLOSED, type NONE, not listed. */
 pscom_con_t *pscom_con_create(pscom_sock_t *sock);

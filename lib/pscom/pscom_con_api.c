@@ -19,6 +19,7 @@
 
 PSCOM_API pscom_connection_t *pscom_open_connection(pscom_socket_t *socket)
 {
+    pscom_api_check_sock(socket);
     pscom_lock();
     pscom_con_t *con = pscom_con_create(pscom_sock_from_pub(socket));
     if (con) con->user_closed = 0;
@@ -57,6 +58,7 @@ static pscom_err_t connect_direct(pscom_con_t *con, const pscom_ep_t *ep)
 PSCOM_API pscom_err_t pscom_connect(pscom_connection_t *connection, const char *ep_str,
                                     int dest_rank, uint64_t connection_flags)
 {
+    pscom_api_check_con(connection);
     pscom_con_t *con   = pscom_con_from_pub(connection);
     pscom_sock_t *sock = con->sock;
     pscom_err_t res    = PSCOM_SUCCESS;
@@ -107,6 +109,7 @@ out:
 PSCOM_API void pscom_close_connection(pscom_connection_t *connection)
 {
     if (!connection) return;
+    pscom_api_check_con(connection); /* (closed twice: gone after the first) */
     pscom_lock();
     pscom_con_close(pscom_con_from_pub(connection));
     pscom_progress(0);
@@ -128,6 +131,7 @@ static int sendq_empty(void *arg)
 PSCOM_API void pscom_flush(pscom_connection_t *connection)
 {
     if (!connection) return;
+    pscom_api_check_con(connection);
     pscom_lock();
     pscom_wait_until(sendq_empty, pscom_con_from_pub(connection));
     pscom_unlock();
@@ -150,6 +154,8 @@ static int is_set_up(const pscom_con_t *con)
 PSCOM_API pscom_connection_t *pscom_get_next_connection(pscom_socket_t *socket,
                                                         pscom_connection_t *connection)
 {
+    pscom_api_check_sock(socket);
+    if (connection) pscom_api_check_con(connection);
     pscom_sock_t *sock = pscom_sock_from_pub(socket);
     pscom_connection_t *res = NULL;
     pscom_lock();

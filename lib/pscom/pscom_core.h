@@ -18,6 +18,8 @@ typedef struct pscom_stats {
     uint64_t iprobes_ok;
     uint64_t progress_passes;
     uint64_t sleeps;       /* blocking waits that slept in the kernel */
+    uint64_t rndv_sends;   /* sends announced for rendezvous */
+    uint64_t rndv_recvs;   /* announcements that a receive took */
 } pscom_stats_t;
 
 typedef struct pscom_global {

@@ -30,16 +30,24 @@ PSCOM_API void pscom_dump_connection(FILE *out, pscom_connection_t *connection)
             pscom_list_count(&con->recvq_user), pscom_list_count(&con->genrecvq));
 }
 
-PSCOM_API void pscom_dump_reqstat(FILE *out)
+void pscom_reqstat_str(char *buf, size_t size)
 {
     const pscom_stats_t *s = &pscom.stats;
-    fprintf(out,
-            "requests created:%llu freed:%llu unexpected:%llu probes:%llu (matched %llu) "
-            "progress passes:%llu sleeps:%llu\n",
-            (unsigned long long)s->reqs_created, (unsigned long long)s->reqs_freed,
-            (unsigned long long)s->gen_reqs, (unsigned long long)s->probes,
-            (unsigned long long)s->iprobes_ok, (unsigned long long)s->progress_passes,
-            (unsigned long long)s->sleeps);
+    snprintf(buf, size,
+             "requests created:%llu freed:%llu unexpected:%llu probes:%llu (matched %llu) "
+             "rendezvous sent:%llu received:%llu progress passes:%llu sleeps:%llu",
+             (unsigned long long)s->reqs_created, (unsigned long long)s->reqs_freed,
+             (unsigned long long)s->gen_reqs, (unsigned long long)s->probes,
+             (unsigned long long)s->iprobes_ok, (unsigned long long)s->rndv_sends,
+             (unsigned long long)s->rndv_recvs, (unsigned long long)s->progress_passes,
+             (unsigned long long)s->sleeps);
+}
+
+PSCOM_API void pscom_dump_reqstat(FILE *out)
+{
+    char line[256];
+    pscom_reqstat_str(line, sizeof(line));
+    fprintf(out, "%s\n", line);
 }
 
 /* The requests of queue q (linked by next), the first DUMP_QUEUE_MAX. */

@@ -8,4 +8,10 @@
  * "<why>: dump of ..." and "<why>: end of dump" (lock held). */
 void pscom_dump_info_log(const char *why);
 
+#include <stddef.h>
+
+/* The request statistics (pscom_dump_reqstat()'s line, without the
+ * newline) into buf; PSP_DEBUG_STATS logs it at exit. */
+void pscom_reqstat_str(char *buf, size_t size);
+
 #endif /* PSCOM_DUMP_H */

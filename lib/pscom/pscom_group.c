@@ -228,6 +228,8 @@ PSCOM_API pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group
                                           uint32_t my_grank, uint32_t group_size,
                                           pscom_connection_t **connections)
 {
+    pscom_api_check_sock(socket);
+    pscom_api_check(connections || !group_size, "an array of group_size connections");
     pscom_sock_t *sock = pscom_sock_from_pub(socket);
     pscom_api_check(my_grank < group_size, "my_grank < group_size");
     for (uint32_t i = 0; i < group_size; i++)
@@ -326,6 +328,8 @@ PSCOM_API void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xhea
 {
     pscom_api_check(group && group->magic == GROUP_MAGIC, "an open group");
     pscom_api_check(bcast_root < group->size, "a root within the group");
+    pscom_api_check(xheader || !xheader_len, "an xheader for xheader_len bytes");
+    pscom_api_check(data || !data_len, "data for data_len bytes");
     pscom_lock();
     bcast_locked(group, bcast_root, xheader, xheader_len, data, data_len);
     pscom_unlock();
@@ -333,6 +337,8 @@ PSCOM_API void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xhea
 
 PSCOM_API void pscom_post_bcast(pscom_request_t *request)
 {
+    pscom_api_check_req(request);
+    pscom_api_check(request->data || !request->data_len, "data for data_len bytes");
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_api_check(request->socket, "a broadcast names its socket");
     pscom_lock();

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "pscom_dump.h"
 #include "pscom_config.h"
 #include "pscom_core.h"
 #include "pscom_log.h"
@@ -30,7 +31,11 @@ static void cleanup(void)
     pscom_recv_fail_global();
     pscom_unlock();
     pscom_log_force(pscom_config.debug_bye_msg, PSCOM_LOG_INFO, "Byee.");
-    if (pscom_config.debug_stats) pscom_dump_reqstat(stderr);
+    if (pscom_config.debug_stats) { /* a log line: its prefix, PSP_DEBUG_OUT */
+        char line[256];
+        pscom_reqstat_str(line, sizeof(line));
+        pscom_log_force(1, PSCOM_LOG_INFO, "%s", line);
+    }
     pscom_plugins_fini();
     pscom_signal_fini();
     pscom_progress_fini();

@@ -28,8 +28,11 @@ static void send_user(pscom_req_t *req)
 
 PSCOM_API __attribute__((flatten)) void pscom_post_send(pscom_request_t *request)
 {
+    pscom_api_check_req(request);
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_api_check(request->connection, "a send needs a connection");
+    pscom_api_check_con(request->connection);
+    pscom_api_check(request->data || !request->data_len, "data for data_len bytes");
     pscom_lock();
     pscom_req_t *req = pscom_req_from_pub(request);
     pscom_con_t *con = pscom_con_from_pub(request->connection);
@@ -73,6 +76,9 @@ PSCOM_API void pscom_send(pscom_connection_t *connection, void *xheader, size_t 
                           void *data, size_t data_len)
 {
     pscom_api_check(connection, "a send needs a connection");
+    pscom_api_check_con(connection);
+    pscom_api_check(xheader || !xheader_len, "an xheader for xheader_len bytes");
+    pscom_api_check(data || !data_len, "data for data_len bytes");
     pscom_lock();
     pscom_req_t *req = pscom_req_create(xheader_len, data_len);
     if (!req) {
@@ -103,6 +109,9 @@ PSCOM_API void pscom_send_inplace(pscom_connection_t *connection, void *xheader,
                                   void *priv)
 {
     pscom_api_check(connection, "a send needs a connection");
+    pscom_api_check_con(connection);
+    pscom_api_check(xheader || !xheader_len, "an xheader for xheader_len bytes");
+    pscom_api_check(data || !data_len, "data for data_len bytes");
     pscom_lock();
     pscom_req_t *req = pscom_req_create(xheader_len, sizeof(inplace_t));
     if (!req) {
@@ -120,7 +129,11 @@ PSCOM_API void pscom_send_inplace(pscom_connection_t *connection, void *xheader,
 
 PSCOM_API void pscom_post_recv(pscom_request_t *request)
 {
+    pscom_api_check_req(request);
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
+    if (request->connection) pscom_api_check_con(request->connection);
+    if (request->socket) pscom_api_check_sock(request->socket);
+    pscom_api_check(request->data || !request->data_len, "a buffer for data_len bytes");
     pscom_lock();
     pscom_req_state_set(request, PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED);
     pscom_recv_post(pscom_req_from_pub(request));
@@ -135,6 +148,7 @@ static int req_done(void *arg)
 PSCOM_API void pscom_wait(pscom_request_t *request)
 {
     if (pscom_req_state_get(request) & PSCOM_REQ_STATE_DONE) return;
+    pscom_api_check_req(request);
     pscom_lock();
     pscom_wait_until(req_done, request);
     pscom_unlock();
@@ -142,12 +156,14 @@ PSCOM_API void pscom_wait(pscom_request_t *request)
 
 PSCOM_API void pscom_wait_all(pscom_request_t **requests)
 {
+    pscom_api_check(requests, "a NULL-terminated array of requests");
     for (; *requests; requests++) pscom_wait(*requests);
 }
 
 PSCOM_API pscom_err_t pscom_recv(pscom_connection_t *connection, pscom_socket_t *socket,
                                  void *xheader, size_t xheader_len, void *data, size_t data_len)
 {
+    pscom_api_check(xheader || !xheader_len, "a buffer for xheader_len bytes");
     pscom_request_t *r = pscom_request_create(xheader_len, 0);
     if (!r) return PSCOM_ERR_STDERROR;
     r->connection  = connection;
@@ -202,6 +218,7 @@ PSCOM_API void pscom_wait_any(void)
 PSCOM_API int pscom_cancel_send(pscom_request_t *request)
 {
     /* unlocked: another thread may be completing it */
+    pscom_api_check_req(request);
     pscom_api_check(pscom_req_state_get(request) & PSCOM_REQ_STATE_SEND_REQUEST, "a send request");
     int res = 0;
     pscom_lock();
@@ -220,6 +237,7 @@ PSCOM_API int pscom_cancel_send(pscom_request_t *request)
 
 PSCOM_API int pscom_cancel_recv(pscom_request_t *request)
 {
+    pscom_api_check_req(request);
     pscom_api_check(pscom_req_state_get(request) & PSCOM_REQ_STATE_RECV_REQUEST,
                     "a receive request");
     int res = 0;
@@ -232,6 +250,7 @@ PSCOM_API int pscom_cancel_recv(pscom_request_t *request)
 
 PSCOM_API int pscom_cancel(pscom_request_t *request)
 {
+    pscom_api_check_req(request);
     pscom_req_state_t state = pscom_req_state_get(request);
     if (state & PSCOM_REQ_STATE_SEND_REQUEST) return pscom_cancel_send(request);
     if (state & PSCOM_REQ_STATE_RECV_REQUEST) return pscom_cancel_recv(request);
@@ -244,6 +263,9 @@ static unsigned iprobe_calls;
 
 PSCOM_API int pscom_iprobe(pscom_request_t *request)
 {
+    pscom_api_check_req(request);
+    if (request->connection) pscom_api_check_con(request->connection);
+    if (request->socket) pscom_api_check_sock(request->socket);
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is probed only when DONE");
     pscom_lock();
     pscom.stats.probes++;

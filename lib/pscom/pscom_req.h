@@ -10,6 +10,7 @@
 
 #include "pscom_core.h"
 #include "pscom_list.h"
+#include "pscom_misuse.h"
 #include "pscom_types.h"
 
 #define PSCOM_REQ_MAGIC 0x72657170u /* "preq" */
@@ -50,6 +51,11 @@ static inline pscom_req_t *pscom_req_from_pub(pscom_request_t *request)
 {
     return pscom_container_of(request, pscom_req_t, pub);
 }
+
+/* API entry (pscom_misuse.h): a request of pscom_request_create(), not freed */
+#define pscom_api_check_req(r)                                                   \
+    pscom_api_check((r) && pscom_req_from_pub(r)->magic == PSCOM_REQ_MAGIC, \
+                    "a request of pscom_request_create(), not freed")
 
 /*
  * A request's state is read without the lock: by pscom_wait()'s first test,

@@ -76,6 +76,7 @@ PSCOM_API pscom_err_t pscom_mem_register(pscom_socket_t *socket, void *addr, siz
 {
     pscom_err_t res = PSCOM_SUCCESS;
     if (!memh) return PSCOM_ERR_INVALID;
+    if (socket) pscom_api_check_sock(socket); /* (NULL: the intra-job socket) */
     *memh = NULL;
     pscom_lock();
     pscom_sock_t *sock = socket ? pscom_sock_from_pub(socket) : intra_job_sock();
@@ -128,6 +129,7 @@ PSCOM_API pscom_err_t pscom_mem_deregister(pscom_memh_t memh)
 
 PSCOM_API pscom_err_t pscom_rkey_buffer_pack(void **rkeybuf, size_t *bufsize, pscom_memh_t memh)
 {
+    if (!rkeybuf || !bufsize) return PSCOM_ERR_INVALID;
     *rkeybuf = NULL;
     if (!memh) return PSCOM_ERR_INVALID;
     pscom_api_check(memh->magic == PSCOM_MEMH_MAGIC, "a registered memory handle");
@@ -153,6 +155,7 @@ PSCOM_API void pscom_rkey_buffer_release(void *rkey_buffer)
 PSCOM_API pscom_err_t pscom_rkey_generate(pscom_connection_t *connection, void *rkeybuf,
                                           size_t bufsize, pscom_rkey_t *rkey)
 {
+    if (!rkey) return PSCOM_ERR_INVALID;
     *rkey = NULL;
     if (!rkeybuf || !bufsize) return PSCOM_SUCCESS; /* the peer exposes no memory */
     rkey_buf_t rb;
@@ -195,6 +198,17 @@ PSCOM_API void pscom_register_rma_callbacks(void (*target_callback)(pscom_reques
 }
 
 /* ---- origin side ----------------------------------------------------------- */
+
+/* API entry of an RMA post: the request, its connection, its buffers (a
+ * macro: the misuse message names the call) */
+#define rma_api_check(r, need_origin)                                                         \
+    do {                                                                                      \
+        pscom_api_check_req(r);                                                               \
+        pscom_api_check((r)->connection, "an RMA operation needs a connection");              \
+        pscom_api_check_con((r)->connection);                                                 \
+        pscom_api_check(!(need_origin) || (r)->rma.origin_addr || !(r)->data_len,             \
+                        "rma.origin_addr for data_len bytes");                                \
+    } while (0)
 
 /* Common start of put/get-like operations. Returns the connection, or
  * NULL after completing the request with an error. */
@@ -270,11 +284,13 @@ out:
 
 PSCOM_API void pscom_post_rma_put(pscom_request_t *request)
 {
+    rma_api_check(request, 1);
     put_like(request, PSCOM_MSGTYPE_RMA_PUT, PSCOM_MSGTYPE_RMA_PUT_DONE);
 }
 
 PSCOM_API void pscom_post_rma_accumulate(pscom_request_t *request)
 {
+    rma_api_check(request, 1);
     put_like(request, PSCOM_MSGTYPE_RMA_ACCUMULATE, 0);
 }
 
@@ -305,6 +321,7 @@ static void get_like(pscom_request_t *r, uint8_t type, const void *out, size_t o
 
 PSCOM_API void pscom_post_rma_get(pscom_request_t *request)
 {
+    rma_api_check(request, 1); /* (origin_addr: where the data goes) */
     pscom_request_t *r = request;
     pscom_lock();
     pscom_con_t *con = rma_begin(r, PSCOM_REQ_STATE_RMA_READ_REQUEST | PSCOM_REQ_STATE_POSTED,
@@ -357,16 +374,25 @@ out:
 
 PSCOM_API void pscom_post_rma_get_accumulate(pscom_request_t *request)
 {
+    rma_api_check(request, 1);
+    pscom_api_check(request->rma.result_addr || !request->data_len,
+                    "rma.result_addr for data_len bytes");
     atomic_like(request, PSCOM_MSGTYPE_RMA_GET_ACCUMULATE_REQ, 0);
 }
 
 PSCOM_API void pscom_post_rma_fetch_op(pscom_request_t *request)
 {
+    rma_api_check(request, 1);
+    pscom_api_check(request->rma.result_addr || !request->data_len,
+                    "rma.result_addr for data_len bytes");
     atomic_like(request, PSCOM_MSGTYPE_RMA_FETCH_AND_OP_REQ, 0);
 }
 
 PSCOM_API void pscom_post_rma_compare_swap(pscom_request_t *request)
 {
+    rma_api_check(request, 1);
+    pscom_api_check((request->rma.result_addr && request->rma.compare_addr) || !request->data_len,
+                    "rma.result_addr and rma.compare_addr for data_len bytes");
     atomic_like(request, PSCOM_MSGTYPE_RMA_COMPARE_AND_SWAP_REQ, 1);
 }
 
@@ -374,6 +400,8 @@ PSCOM_API void pscom_post_rma_compare_swap(pscom_request_t *request)
  * target's registered regions) */
 PSCOM_API void pscom_post_rma_write(pscom_request_t *request)
 {
+    rma_api_check(request, 0);
+    pscom_api_check(request->data || !request->data_len, "data for data_len bytes");
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_lock();
     request->xheader_len = sizeof(pscom_xheader_rma_write_t);
@@ -386,6 +414,8 @@ PSCOM_API void pscom_post_rma_write(pscom_request_t *request)
 /* legacy: read xheader.rma_read.src/src_len into data/data_len */
 PSCOM_API void pscom_post_rma_read(pscom_request_t *request)
 {
+    rma_api_check(request, 0);
+    pscom_api_check(request->data || !request->data_len, "a buffer for data_len bytes");
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
     pscom_lock();
     pscom_req_t *req = pscom_req_from_pub(request);

@@ -52,6 +52,7 @@ void pscom_rndv_send(pscom_con_t *con, pscom_req_t *req)
     req->id          = next_id++;
     req->con         = con;
     req->rndv_handle = NULL;
+    pscom.stats.rndv_sends++;
     uint64_t src = 0, key = 0;
     if (pscom_con_direct(con, PSCOM_PLUGIN_CAP_RNDV_READ, r->data_len)) {
         const pscom_plugin_ops_t *ops = con->transport->ops;
@@ -158,6 +159,7 @@ void pscom_rndv_matched(pscom_con_t *con, pscom_req_t *req, const pscom_rndv_rts
     uint64_t full      = le64toh(rts->data_len);
     uint64_t src       = le64toh(rts->src_addr);
     uint64_t key       = le64toh(rts->src_key);
+    pscom.stats.rndv_recvs++;
     size_t len         = full < req->pub.data_len ? (size_t)full : req->pub.data_len;
 
     pscom_req_state_add(&req->pub, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST | PSCOM_REQ_STATE_IO_STARTED);

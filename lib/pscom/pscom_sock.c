@@ -282,6 +282,7 @@ static int listen_portno_valid(int portno)
 
 PSCOM_API pscom_err_t pscom_listen(pscom_socket_t *socket, int portno)
 {
+    pscom_api_check_sock(socket);
     pscom_sock_t *sock = pscom_sock_from_pub(socket);
     pscom_err_t res    = PSCOM_SUCCESS;
     if (!listen_portno_valid(portno)) {
@@ -311,6 +312,7 @@ out:
 
 PSCOM_API void pscom_stop_listen(pscom_socket_t *socket)
 {
+    pscom_api_check_sock(socket);
     pscom_sock_t *sock = pscom_sock_from_pub(socket);
     pscom_lock();
     if (pscom_ondemand_pending(sock)) {
@@ -345,6 +347,7 @@ PSCOM_API void pscom_suspend_listen(pscom_socket_t *socket)
 
 PSCOM_API void pscom_resume_listen(pscom_socket_t *socket)
 {
+    pscom_api_check_sock(socket);
     pscom_api_check(socket->listen_portno != -1, "pscom_listen() before");
     pscom_lock();
     pscom_sock_from_pub(socket)->listen_stop_pending = 0;
@@ -354,11 +357,14 @@ PSCOM_API void pscom_resume_listen(pscom_socket_t *socket)
 
 PSCOM_API int pscom_get_portno(pscom_socket_t *socket)
 {
+    pscom_api_check_sock(socket);
     return socket->listen_portno;
 }
 
 PSCOM_API pscom_err_t pscom_socket_get_ep_str(pscom_socket_t *socket, char **ep_str)
 {
+    pscom_api_check_sock(socket);
+    pscom_api_check(ep_str, "a place for the string");
     *ep_str = NULL;
     if (socket->listen_portno < 0) {
         errno = EINVAL;
@@ -444,6 +450,8 @@ out:
 
 PSCOM_API void pscom_socket_set_name(pscom_socket_t *socket, const char *name)
 {
+    pscom_api_check_sock(socket);
+    pscom_api_check(name, "a name");
     strncpy(socket->local_con_info.name, name, sizeof(socket->local_con_info.name));
     pscom_log_set_name(socket->local_con_info.name, sizeof(socket->local_con_info.name));
 }
@@ -554,6 +562,7 @@ static void close_one_socket(pscom_sock_t *sock)
 
 PSCOM_API void pscom_close_socket(pscom_socket_t *socket)
 {
+    if (socket) pscom_api_check_sock(socket); /* (NULL: all) */
     pscom_lock();
     if (socket) {
         close_one_socket(pscom_sock_from_pub(socket));
@@ -568,35 +577,41 @@ PSCOM_API void pscom_close_socket(pscom_socket_t *socket)
 
 PSCOM_API void pscom_con_type_mask_all(pscom_socket_t *socket)
 {
+    pscom_api_check_sock(socket);
     pscom_sock_from_pub(socket)->con_type_mask = ~0ULL;
 }
 
 PSCOM_API void pscom_con_type_mask_only(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
+    pscom_api_check_sock(socket);
     pscom_api_check((unsigned)con_type < 64, "con_type < 64");
     pscom_sock_from_pub(socket)->con_type_mask = 1ULL << con_type;
 }
 
 PSCOM_API void pscom_con_type_mask_add(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
+    pscom_api_check_sock(socket);
     pscom_api_check((unsigned)con_type < 64, "con_type < 64");
     pscom_sock_from_pub(socket)->con_type_mask |= 1ULL << con_type;
 }
 
 PSCOM_API void pscom_con_type_mask_del(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
+    pscom_api_check_sock(socket);
     pscom_api_check((unsigned)con_type < 64, "con_type < 64");
     pscom_sock_from_pub(socket)->con_type_mask &= ~(1ULL << con_type);
 }
 
 PSCOM_API int pscom_con_type_mask_is_set(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
+    pscom_api_check_sock(socket);
     pscom_api_check((unsigned)con_type < 64, "con_type < 64");
     return pscom_sock_con_type_ok(pscom_sock_from_pub(socket), con_type);
 }
 
 PSCOM_API void *pscom_con_type_mask_backup(pscom_socket_t *socket)
 {
+    pscom_api_check_sock(socket);
     mask_backup_t *b = malloc(sizeof(*b));
     if (!b) return NULL;
     b->magic = MASK_BACKUP_MAGIC;
@@ -606,6 +621,7 @@ PSCOM_API void *pscom_con_type_mask_backup(pscom_socket_t *socket)
 
 PSCOM_API void pscom_con_type_mask_restore(pscom_socket_t *socket, void *con_type_mask_backup)
 {
+    pscom_api_check_sock(socket);
     mask_backup_t *b = con_type_mask_backup;
     pscom_api_check(b && b->magic == MASK_BACKUP_MAGIC, "a backup of pscom_con_type_mask_backup()");
     pscom_sock_from_pub(socket)->con_type_mask = b->mask;

@@ -6,6 +6,7 @@
 
 #include "pscom_list.h"
 #include "pscom_plugin.h"
+#include "pscom_misuse.h"
 #include "pscom_types.h"
 
 #define PSCOM_SOCK_MAGIC 0x736f636bu /* "sock" */
@@ -31,6 +32,11 @@ static inline pscom_sock_t *pscom_sock_from_pub(pscom_socket_t *socket)
 {
     return pscom_container_of(socket, pscom_sock_t, pub);
 }
+
+/* API entry (pscom_misuse.h): a socket of pscom_open_socket(), not closed */
+#define pscom_api_check_sock(s)                                                    \
+    pscom_api_check((s) && pscom_sock_from_pub(s)->magic == PSCOM_SOCK_MAGIC, \
+                    "an open socket of pscom_open_socket()")
 
 /* An on-demand connection of the socket got connected, failed or closed. */
 void pscom_sock_ondemand_changed(pscom_sock_t *sock);

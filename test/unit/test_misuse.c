@@ -81,6 +81,38 @@ static void send_inplace_to_null(void)
     pscom_send_inplace(NULL, NULL, 0, b, sizeof(b), NULL, NULL);
 }
 
+static void listen_on_null(void)
+{
+    pscom_listen(NULL, PSCOM_ANYPORT);
+}
+
+/* (a closed socket's memory goes at the next progress pass: until then
+ * its cleared magic says so) */
+static void open_connection_on_closed_socket(void)
+{
+    pscom_socket_t *s = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
+    pscom_close_socket(s);
+    pscom_open_connection(s);
+}
+
+static void post_recv_null(void)
+{
+    pscom_post_recv(NULL);
+}
+
+static void send_null_data(void)
+{
+    pscom_connection_t *self = pscom_open_connection(sock);
+    assert_int_equal(pscom_connect(self, NULL, 0, PSCOM_CON_FLAG_DIRECT), PSCOM_SUCCESS);
+    pscom_send(self, NULL, 0, NULL, 100);
+}
+
+static void rma_put_without_connection(void)
+{
+    pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_rma_put_t), 0);
+    pscom_post_rma_put(r);
+}
+
 static void cancel_recv_as_send(void)
 {
     pscom_cancel_send(pending_recv());
@@ -210,6 +242,12 @@ static void test_misuse_aborts(void **state)
     /* (until 2026-11-29 these two crashed: SIGSEGV) */
     expect_abort(send_to_null, "pscom_send", "needs a connection");
     expect_abort(send_inplace_to_null, "pscom_send_inplace", "needs a connection");
+    /* (until 2026-11-29 these crashed with SIGSEGV or used freed memory) */
+    expect_abort(listen_on_null, "pscom_listen", "an open socket");
+    expect_abort(open_connection_on_closed_socket, "pscom_open_connection", "an open socket");
+    expect_abort(post_recv_null, "pscom_post_recv", "a request of pscom_request_create()");
+    expect_abort(send_null_data, "pscom_send", "data for data_len bytes");
+    expect_abort(rma_put_without_connection, "pscom_post_rma_put", "needs a connection");
     expect_abort(cancel_recv_as_send, "pscom_cancel_send", "a send request");
     expect_abort(con_type_out_of_range, "pscom_con_type_mask_only", "con_type < 64");
     expect_abort(resume_without_listen, "pscom_resume_listen", "pscom_listen() before");
