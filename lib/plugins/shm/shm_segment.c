@@ -182,7 +182,7 @@ unsigned shm_seg_sweep(unsigned min_age_s)
 {
     DIR *d = opendir("/dev/shm");
     if (!d) return 0;
-    const char *prefix = SHM_SEG_PREFIX + 1; /* the file name has no '/' */
+    const char *prefix = &SHM_SEG_PREFIX[1]; /* the file name has no '/' */
     size_t pl          = strlen(prefix);
     uid_t me           = geteuid();
     time_t now         = time(NULL);
