@@ -23,6 +23,8 @@
 
 PSCOM_API void pscom_dump_connection(FILE *out, pscom_connection_t *connection)
 {
+    pscom_api_check(out, "a stream to print to");
+    pscom_api_check_con(connection);
     pscom_con_t *con = pscom_con_from_pub(connection);
     fprintf(out, "con %p %s %-7s %s sendq:%zu recvq:%zu unexpected:%zu\n", (void *)connection,
             pscom_con_type_str(connection->type), pscom_con_state_str(connection->state),
@@ -45,6 +47,7 @@ void pscom_reqstat_str(char *buf, size_t size)
 
 PSCOM_API void pscom_dump_reqstat(FILE *out)
 {
+    pscom_api_check(out, "a stream to print to");
     char line[256];
     pscom_reqstat_str(line, sizeof(line));
     fprintf(out, "%s\n", line);
@@ -120,6 +123,7 @@ static void dump_info_locked(FILE *out)
 
 PSCOM_API void pscom_dump_info(FILE *out)
 {
+    pscom_api_check(out, "a stream to print to");
     pscom_lock();
     dump_info_locked(out);
     pscom_unlock();

@@ -9,6 +9,7 @@
 
 #include "pscom_config.h"
 #include "pscom_log.h"
+#include "pscom_misuse.h"
 #include "pscom_types.h"
 
 PSCOM_API char *(*pscom_env_get)(const char *name) = getenv;
@@ -31,30 +32,35 @@ static const char *env_api_get(const char *name)
 
 PSCOM_API void pscom_env_get_int(int *val, const char *name)
 {
+    pscom_api_check(val && name, "a variable and its name");
     const char *str = env_api_get(name);
     if (str) *val = (int)strtol(str, NULL, 10); /* atoi without overflow UB */
 }
 
 PSCOM_API void pscom_env_get_uint(unsigned int *val, const char *name)
 {
+    pscom_api_check(val && name, "a variable and its name");
     const char *str = env_api_get(name);
     if (str) *val = (unsigned int)strtoul(str, NULL, 10);
 }
 
 PSCOM_API void pscom_env_get_size_t(size_t *val, const char *name)
 {
+    pscom_api_check(val && name, "a variable and its name");
     const char *str = env_api_get(name);
     if (str) *val = (size_t)strtoull(str, NULL, 10);
 }
 
 PSCOM_API void pscom_env_get_str(char **val, const char *name)
 {
+    pscom_api_check(val && name, "a variable and its name");
     const char *str = env_api_get(name);
     if (str) *val = (char *)str;
 }
 
 PSCOM_API void pscom_env_get_dir(char **val, const char *name)
 {
+    pscom_api_check(val && name, "a variable and its name");
     const char *str = env_api_get(name);
     size_t len;
     char *dir;

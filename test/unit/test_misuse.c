@@ -107,6 +107,17 @@ static void send_null_data(void)
     pscom_send(self, NULL, 0, NULL, 100);
 }
 
+static void dump_to_null(void)
+{
+    pscom_dump_info(NULL);
+}
+
+static void env_get_into_null(void)
+{
+    setenv("PSP_TEST_MISUSE_SET", "1", 1);
+    pscom_env_get_int(NULL, "PSP_TEST_MISUSE_SET");
+}
+
 static void rma_put_without_connection(void)
 {
     pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_rma_put_t), 0);
@@ -248,6 +259,8 @@ static void test_misuse_aborts(void **state)
     expect_abort(post_recv_null, "pscom_post_recv", "a request of pscom_request_create()");
     expect_abort(send_null_data, "pscom_send", "data for data_len bytes");
     expect_abort(rma_put_without_connection, "pscom_post_rma_put", "needs a connection");
+    expect_abort(dump_to_null, "pscom_dump_info", "a stream to print to");
+    expect_abort(env_get_into_null, "pscom_env_get_int", "a variable and its name");
     expect_abort(cancel_recv_as_send, "pscom_cancel_send", "a send request");
     expect_abort(con_type_out_of_range, "pscom_con_type_mask_only", "con_type < 64");
     expect_abort(resume_without_listen, "pscom_resume_listen", "pscom_listen() before");
