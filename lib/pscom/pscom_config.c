@@ -72,7 +72,7 @@ static const pscom_env_entry_t config_general[] = {
      "date, wall, delta", CFG(debug_timing), PSCOM_ENV_STR, 0},
     {"DEBUG_VERSION", "0", "always print the version line", CFG(debug_version),
      PSCOM_ENV_INT, 0},
-    {"DEBUG_STATS", "0", "print request and transport counters at exit",
+    {"DEBUG_STATS", "0", "log request and rendezvous counters at exit",
      CFG(debug_stats), PSCOM_ENV_INT, 0},
     {"DEBUG_BYE_MSG", "0", "always print the goodbye line at exit",
      CFG(debug_bye_msg), PSCOM_ENV_INT, 0},
