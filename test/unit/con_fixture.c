@@ -37,3 +37,17 @@ void con_fixture_close(pscom_con_t *con)
 {
     (void)con;
 }
+
+void con_fixture_write_all(pscom_con_t *con, void (*sink)(const void *buf, size_t len))
+{
+    struct iovec iov[16];
+    int n;
+    while ((n = pscom_write_get_iov(con, iov, 16)) > 0) {
+        size_t len = 0;
+        for (int i = 0; i < n; i++) {
+            if (sink) sink(iov[i].iov_base, iov[i].iov_len);
+            len += iov[i].iov_len;
+        }
+        if (pscom_write_done(con, len)) return;
+    }
+}

@@ -51,38 +51,23 @@ static struct {
     size_t len, cap;
 } sent;
 
-static void fake_write_start(pscom_con_t *con)
+static void capture(const void *buf, size_t len)
 {
-    struct iovec iov[16];
-    int n;
-    while ((n = pscom_write_get_iov(con, iov, 16)) > 0) {
-        size_t len = 0;
-        for (int i = 0; i < n; i++) {
-            if (sent.len + iov[i].iov_len > sent.cap) {
-                sent.cap = (sent.len + iov[i].iov_len) * 2;
-                sent.b   = realloc(sent.b, sent.cap);
-                assert_non_null(sent.b);
-            }
-            memcpy(sent.b + sent.len, iov[i].iov_base, iov[i].iov_len);
-            sent.len += iov[i].iov_len;
-            len += iov[i].iov_len;
-        }
-        if (pscom_write_done(con, len)) return;
+    if (sent.len + len > sent.cap) {
+        sent.cap = (sent.len + len) * 2;
+        sent.b   = realloc(sent.b, sent.cap);
+        assert_non_null(sent.b);
     }
+    memcpy(sent.b + sent.len, buf, len);
+    sent.len += len;
 }
 
-static const pscom_plugin_ops_t fake_ops = {
-    .con_start   = con_fixture_con_start,
-    .write_start = fake_write_start,
-    .close       = con_fixture_close,
-};
+static void fake_write_start(pscom_con_t *con)
+{
+    con_fixture_write_all(con, capture);
+}
 
-static const pscom_plugin_desc_t fake_desc = {
-    .abi_version = PSCOM_PLUGIN_ABI_VERSION,
-    .desc_size   = sizeof(pscom_plugin_desc_t),
-    .name        = "fakegrp",
-    .ops         = &fake_ops,
-};
+CON_FIXTURE_TRANSPORT(fake_desc, "fakegrp", 0, fake_write_start);
 
 typedef struct fixture {
     pscom_socket_t *socket;

@@ -47,32 +47,15 @@ static enum fake_mode mode;
 
 static void fake_write_start(pscom_con_t *con)
 {
-    struct iovec iov[16];
-    int n;
     if (mode == FAKE_HOLD) return;
     if (mode == FAKE_FAIL) {
         pscom_con_transport_error(con, PSCOM_OP_WRITE, EPIPE);
         return;
     }
-    while ((n = pscom_write_get_iov(con, iov, 16)) > 0) {
-        size_t len = 0;
-        for (int i = 0; i < n; i++) len += iov[i].iov_len;
-        if (pscom_write_done(con, len)) return;
-    }
+    con_fixture_write_all(con, NULL);
 }
 
-static const pscom_plugin_ops_t fake_ops = {
-    .con_start   = con_fixture_con_start,
-    .write_start = fake_write_start,
-    .close       = con_fixture_close,
-};
-
-static const pscom_plugin_desc_t fake_desc = {
-    .abi_version = PSCOM_PLUGIN_ABI_VERSION,
-    .desc_size   = sizeof(pscom_plugin_desc_t),
-    .name        = "fakeend",
-    .ops         = &fake_ops,
-};
+CON_FIXTURE_TRANSPORT(fake_desc, "fakeend", 0, fake_write_start);
 
 typedef struct fixture {
     pscom_socket_t *socket;

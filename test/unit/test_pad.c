@@ -29,26 +29,8 @@ static void fake_write_start(pscom_con_t *con)
 {
 }
 
-static const pscom_plugin_ops_t fake_ops = {
-    .con_start   = con_fixture_con_start,
-    .write_start = fake_write_start,
-    .close       = con_fixture_close,
-};
-
-static const pscom_plugin_desc_t stream_desc = {
-    .abi_version = PSCOM_PLUGIN_ABI_VERSION,
-    .desc_size   = sizeof(pscom_plugin_desc_t),
-    .name        = "fakestream",
-    .caps        = PSCOM_PLUGIN_CAP_STREAM_PAD,
-    .ops         = &fake_ops,
-};
-
-static const pscom_plugin_desc_t plain_desc = {
-    .abi_version = PSCOM_PLUGIN_ABI_VERSION,
-    .desc_size   = sizeof(pscom_plugin_desc_t),
-    .name        = "fakeplain",
-    .ops         = &fake_ops,
-};
+CON_FIXTURE_TRANSPORT(stream_desc, "fakestream", PSCOM_PLUGIN_CAP_STREAM_PAD, fake_write_start);
+CON_FIXTURE_TRANSPORT(plain_desc, "fakeplain", 0, fake_write_start);
 
 typedef struct fixture {
     pscom_socket_t *socket;
