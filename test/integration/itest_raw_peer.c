@@ -218,24 +218,30 @@ static int short_server(tu_ctx_t *ctx)
     return 0;
 }
 
-static int short_client(tu_ctx_t *ctx)
+/* The peer announces a rendezvous message of data_len bytes (tag RAW_TAG). */
+static void raw_announce(int fd, uint64_t sender_id, uint64_t data_len)
 {
-    int fd = raw_connect(ctx);
     unsigned char out[256];
     size_t len            = 0;
     uint32_t tag          = RAW_TAG;
-    pscom_rndv_rts_t rts = {.sender_id = htole64(77), .data_len = htole64(RTS_LEN)};
+    pscom_rndv_rts_t rts = {.sender_id = htole64(sender_id), .data_len = htole64(data_len)};
     msg_put(out, &len, PSCOM_MSGTYPE_RENDEZVOUS_REQ, &tag, sizeof(tag), &rts, sizeof(rts));
     raw_write(fd, out, len);
+}
+
+static int short_client(tu_ctx_t *ctx)
+{
+    int fd = raw_connect(ctx);
+    raw_announce(fd, 77, RTS_LEN);
 
     pscom_rndv_cts_t cts;
     TU_ASSERT_EQ(msg_get(fd, &cts, sizeof(cts)), PSCOM_MSGTYPE_RENDEZVOUS_CTS);
     TU_ASSERT_EQ(le64toh(cts.sender_id), 77);
     TU_ASSERT_EQ(le64toh(cts.len), RTS_LEN);
 
-    unsigned char data[SHORT_LEN];
+    unsigned char data[SHORT_LEN], out[256];
     memset(data, 0x11, sizeof(data));
-    len = 0;
+    size_t len = 0;
     msg_put(out, &len, PSCOM_MSGTYPE_RENDEZVOUS_DATA, &cts.recv_id, sizeof(cts.recv_id), data,
             sizeof(data));
     raw_write(fd, out, len);
@@ -273,12 +279,7 @@ static int long_server(tu_ctx_t *ctx)
 static int long_client(tu_ctx_t *ctx)
 {
     int fd = raw_connect(ctx);
-    unsigned char out[256];
-    size_t len            = 0;
-    uint32_t tag          = RAW_TAG;
-    pscom_rndv_rts_t rts = {.sender_id = htole64(78), .data_len = htole64(TOO_LONG)};
-    msg_put(out, &len, PSCOM_MSGTYPE_RENDEZVOUS_REQ, &tag, sizeof(tag), &rts, sizeof(rts));
-    raw_write(fd, out, len);
+    raw_announce(fd, 78, TOO_LONG);
     wait_closed(fd); /* the server fails the connection (until 2026-11-29 it took the
                       * announcement, cut to 10 bytes, and answered CTS) */
     TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_DONE);
