@@ -74,15 +74,19 @@ typedef struct fixture {
     pscom_con_t *a, *b;
 } fixture_t;
 
+/* c's transport is the fake, and it is open */
+static void fake_con(pscom_con_t *c)
+{
+    c->transport = &fake_desc;
+    c->pub.state = PSCOM_CON_STATE_RW;
+}
+
 static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof(*f));
     f->socket    = con_fixture_open(&f->a, &f->b);
-    for (int i = 0; i < 2; i++) {
-        pscom_con_t *c = i ? f->b : f->a;
-        c->transport   = &fake_desc;
-        c->pub.state   = PSCOM_CON_STATE_RW;
-    }
+    fake_con(f->a);
+    fake_con(f->b);
     sent.len = 0;
     *state   = f;
     return 0;
@@ -151,6 +155,19 @@ static void expect_bcast_fails(fixture_t *f, pscom_con_t *parent)
     pscom_group_close(g);
 }
 
+/* The same, where `parent` delivered a broadcast of `want`: it is received. */
+static void expect_bcast_gets(fixture_t *f, pscom_con_t *parent, const char *want)
+{
+    pscom_connection_t *cons[2] = {&parent->pub, &f->b->pub};
+    pscom_group_t *g            = pscom_group_open(f->socket, GID, 1, 2, cons);
+    char data[16]               = {0};
+    pscom_request_t *r = post_bcast(f, data, sizeof(data), 0, sizeof(pscom_xheader_bcast_t));
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(data, want);
+    pscom_request_free(r);
+    pscom_group_close(g);
+}
+
 /* ---- tests -------------------------------------------------------------------------- */
 
 static void test_dropped_at_close(void **state)
@@ -175,14 +192,7 @@ static void test_kept_while_open(void **state)
 {
     fixture_t *f = *state;
     feed_bcast(f->a, "NEW", 4);
-    pscom_connection_t *cons[2] = {&f->a->pub, &f->b->pub};
-    pscom_group_t *g            = pscom_group_open(f->socket, GID, 1, 2, cons);
-    char data[16]               = {0};
-    pscom_request_t *r = post_bcast(f, data, sizeof(data), 0, sizeof(pscom_xheader_bcast_t));
-    assert_true(pscom_req_successful(r));
-    assert_string_equal(data, "NEW");
-    pscom_request_free(r);
-    pscom_group_close(g);
+    expect_bcast_gets(f, f->a, "NEW");
 }
 
 /* A member's connection on another socket than the group's: its messages
@@ -194,18 +204,10 @@ static void test_member_on_other_socket(void **state)
     pscom_socket_t *other   = pscom_open_socket(0, 0, 0, PSCOM_SOCK_FLAG_INTER_JOB);
     pscom_con_t *c          = pscom_con_create(pscom_sock_from_pub(other));
     c->user_closed          = 0;
-    c->transport            = &fake_desc;
-    c->pub.state            = PSCOM_CON_STATE_RW;
+    fake_con(c);
     pscom_con_list(c);
     feed_bcast(c, "FAR", 4);
-    pscom_connection_t *cons[2] = {&c->pub, &f->b->pub};
-    pscom_group_t *g            = pscom_group_open(f->socket, GID, 1, 2, cons);
-    char data[16]               = {0};
-    pscom_request_t *r = post_bcast(f, data, sizeof(data), 0, sizeof(pscom_xheader_bcast_t));
-    assert_true(pscom_req_successful(r));
-    assert_string_equal(data, "FAR");
-    pscom_request_free(r);
-    pscom_group_close(g);
+    expect_bcast_gets(f, c, "FAR");
     c->transport = NULL;
     pscom_close_socket(other);
 }
