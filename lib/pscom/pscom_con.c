@@ -421,9 +421,7 @@ void pscom_con_fail_requests(pscom_con_t *con)
     pscom_req_t *in = con->in.req;
     if (in) {
         con->in.req = NULL;
-        /* the core's own (an unexpected message's, or one dropped at the
-         * user's close while the transport filled it): freed */
-        if ((in->pub.state & PSCOM_REQ_STATE_GRECV_REQUEST) || con->in.pin_drop) {
+        if (pscom_read_req_core_own(con, in)) { /* freed */
             pscom_list_del(&in->next);
             pscom_list_del(&in->next_alt);
             pscom_req_free(in);

@@ -97,6 +97,15 @@ void pscom_con_queue_send(pscom_con_t *con, pscom_req_t *req);
  * whole at once (its write_now op): then it is complete, 1; else 0. */
 int pscom_write_now(pscom_con_t *con, pscom_req_t *req);
 
+/* gen, the core's own request for a message nobody has asked for yet
+ * (unexpected, or a collective one; out of its queues), is dropped: freed,
+ * and if it is the message being read, the rest of it is skipped. While
+ * the transport fills it (pscom_read_pin), it is freed at the transport's
+ * next pscom_read_done() instead. */
+void pscom_read_drop_req(pscom_con_t *con, pscom_req_t *gen);
+/* Is req, being read on con, the core's own buffer (nobody else's)? */
+int pscom_read_req_core_own(const pscom_con_t *con, const pscom_req_t *req);
+
 /* Internal control message of the given type: xheader copied, and a data
  * area of data_copy_len bytes in the request (req->pub.data) to fill, or
  * point it elsewhere with pscom_ctrl_set_data(). on_done defaults to

@@ -406,15 +406,7 @@ void pscom_group_drop_con(pscom_con_t *con)
         pscom_req_t *gen = pscom_list_entry(pos, pscom_req_t, next);
         if (gen->pub.connection != &con->pub) continue;
         pscom_list_del(&gen->next);
-        if (con->in.req == gen) { /* still arriving: the rest is skipped */
-            if (con->in.pinned) { /* the transport writes into it: at its read_done */
-                con->in.pin_drop = 1;
-                continue;
-            }
-            con->in.req      = NULL;
-            con->in.skipping = 1;
-        }
-        pscom_req_free(gen);
+        pscom_read_drop_req(con, gen);
     }
 }
 

@@ -278,12 +278,31 @@ void pscom_read_pin(pscom_con_t *con)
     con->in.pinned = 1;
 }
 
+int pscom_read_req_core_own(const pscom_con_t *con, const pscom_req_t *req)
+{
+    /* an unexpected message's, or one dropped while the transport filled it */
+    return (req->pub.state & PSCOM_REQ_STATE_GRECV_REQUEST) || con->in.pin_drop;
+}
+
+void pscom_read_drop_req(pscom_con_t *con, pscom_req_t *gen)
+{
+    pscom_con_in_t *in = &con->in;
+    if (in->req == gen) {
+        if (in->pinned) { /* the transport writes into gen: at its read_done */
+            in->pin_drop = 1;
+            return;
+        }
+        in->req      = NULL; /* the rest of this message is dropped */
+        in->skipping = 1;
+    }
+    pscom_req_free(gen);
+}
+
 void *pscom_read_pin_keep(pscom_con_t *con)
 {
     pscom_con_in_t *in = &con->in;
     pscom_req_t *gen   = in->req;
-    if (!in->pinned || !gen || !((gen->pub.state & PSCOM_REQ_STATE_GRECV_REQUEST) || in->pin_drop))
-        return NULL;
+    if (!in->pinned || !gen || !pscom_read_req_core_own(con, gen)) return NULL;
     /* out of the unexpected queues (if a drop has not taken it already);
      * a receive that matched it (pin_merge) fails with the connection */
     pscom_list_del(&gen->next);

@@ -323,15 +323,7 @@ void pscom_unexpected_drop_con(pscom_con_t *con)
             pscom_rndv_decline(con, &rts);
             continue;
         }
-        if (con->in.req == gen) {
-            if (con->in.pinned) { /* the transport writes into gen: at its read_done */
-                con->in.pin_drop = 1;
-                continue;
-            }
-            con->in.req      = NULL; /* the rest of this message is dropped */
-            con->in.skipping = 1;
-        }
-        pscom_req_free(gen);
+        pscom_read_drop_req(con, gen);
     }
     pscom_group_drop_con(con);
 }
