@@ -77,6 +77,10 @@ static inline pscom_con_t *pscom_con_from_pub(pscom_connection_t *connection)
 #define pscom_api_check_con(c)                                                   \
     pscom_api_check((c) && pscom_con_from_pub(c)->magic == PSCOM_CON_MAGIC, \
                     "a connection of pscom_open_connection(), not closed")
+/* ... of a send: the same, said as the spec says it */
+#define pscom_api_check_send_con(c)                                              \
+    pscom_api_check((c) && pscom_con_from_pub(c)->magic == PSCOM_CON_MAGIC, \
+                    "a send needs a connection (of pscom_open_connection(), not closed)")
 
 /* Allocate a connection of the socket: state CLOSED, type NONE, not listed. */
 pscom_con_t *pscom_con_create(pscom_sock_t *sock);

@@ -30,8 +30,7 @@ PSCOM_API __attribute__((flatten)) void pscom_post_send(pscom_request_t *request
 {
     pscom_api_check_req(request);
     pscom_api_check(request->state & PSCOM_REQ_STATE_DONE, "a request is posted only when DONE");
-    pscom_api_check(request->connection, "a send needs a connection");
-    pscom_api_check_con(request->connection);
+    pscom_api_check_send_con(request->connection);
     pscom_api_check(request->data || !request->data_len, "data for data_len bytes");
     pscom_lock();
     pscom_req_t *req = pscom_req_from_pub(request);
@@ -75,8 +74,7 @@ static void send_internal(pscom_req_t *req, pscom_connection_t *connection, cons
 PSCOM_API void pscom_send(pscom_connection_t *connection, void *xheader, size_t xheader_len,
                           void *data, size_t data_len)
 {
-    pscom_api_check(connection, "a send needs a connection");
-    pscom_api_check_con(connection);
+    pscom_api_check_send_con(connection);
     pscom_api_check(xheader || !xheader_len, "an xheader for xheader_len bytes");
     pscom_api_check(data || !data_len, "data for data_len bytes");
     pscom_lock();
@@ -108,8 +106,7 @@ PSCOM_API void pscom_send_inplace(pscom_connection_t *connection, void *xheader,
                                   void (*io_done)(pscom_req_state_t state, void *priv),
                                   void *priv)
 {
-    pscom_api_check(connection, "a send needs a connection");
-    pscom_api_check_con(connection);
+    pscom_api_check_send_con(connection);
     pscom_api_check(xheader || !xheader_len, "an xheader for xheader_len bytes");
     pscom_api_check(data || !data_len, "data for data_len bytes");
     pscom_lock();
