@@ -256,6 +256,16 @@ static void env_entry_dir_update(const pscom_env_entry_t *entry, char *old_dir)
     env_dir_own(new_dir);
 }
 
+/* pscom_env_parse_value() for an entry: with PSCOM_ENV_NEG1, "-1" too */
+static int env_entry_parse_value(const pscom_env_entry_t *entry, const char *val)
+{
+    if ((entry->flags & PSCOM_ENV_NEG1) && env_word_is(val, "-1")) {
+        *(unsigned *)entry->target = UINT_MAX;
+        return 0;
+    }
+    return pscom_env_parse_value(entry->type, val, entry->target);
+}
+
 /* Returns 0, or 1 if the environment value was invalid. */
 static int env_entry_parse(const pscom_env_table_t *table, const pscom_env_entry_t *entry)
 {
@@ -265,9 +275,7 @@ static int env_entry_parse(const pscom_env_table_t *table, const pscom_env_entry
     char *old_dir = entry->type == PSCOM_ENV_DIR ? *(char **)entry->target : NULL;
     int invalid = 0;
 
-    if (val && (pscom_env_parse_value(entry->type, val, entry->target) == 0 ||
-                ((entry->flags & PSCOM_ENV_NEG1) && env_word_is(val, "-1") &&
-                 (*(unsigned *)entry->target = UINT_MAX, 1)))) {
+    if (val && env_entry_parse_value(entry, val) == 0) {
         pscom_log_force(pscom_config.debug_param >= 1, PSCOM_LOG_DEBUG,
                         "set %s = %s (default: %s)", name, val, dflt);
     } else {
