@@ -133,17 +133,19 @@ static int dispatch(pscom_con_t *con, pscom_header_net_t *hn, uint8_t type, uint
     in->data_len       = (size_t)dlen;
     in->data_done      = 0;
     int err;
+    if (pscom_unlikely(con->user_closed) &&
+        (type == PSCOM_MSGTYPE_USER || type == PSCOM_MSGTYPE_BCAST ||
+         type == PSCOM_MSGTYPE_BARRIER)) {
+        /* closed by the user: nothing of it is delivered any more (its
+         * unexpected and collective messages were dropped at the close, a
+         * rendezvous announcement is declined); the data is skipped */
+        plog_dbg("%s: message of type %u with %llu data bytes after the close dropped",
+                 pscom_con_name(con), type, (unsigned long long)dlen);
+        in->req = NULL;
+        return 0;
+    }
     switch (type) {
     case PSCOM_MSGTYPE_USER:
-        if (pscom_unlikely(con->user_closed)) {
-            /* closed by the user: nothing of it is delivered any more
-             * (its unexpected messages were dropped at the close, a
-             * rendezvous announcement is declined); the data is skipped */
-            plog_dbg("%s: message of %llu data bytes after the close dropped",
-                     pscom_con_name(con), (unsigned long long)dlen);
-            in->req = NULL;
-            return 0;
-        }
         in->req = pscom_match_incoming(con, hn, NULL);
         if (!in->req) return protocol_error(con, "unexpected message too large to buffer", 0);
         return 0;
@@ -162,10 +164,6 @@ static int dispatch(pscom_con_t *con, pscom_header_net_t *hn, uint8_t type, uint
         break;
     case PSCOM_MSGTYPE_BCAST:
     case PSCOM_MSGTYPE_BARRIER:
-        if (pscom_unlikely(con->user_closed)) { /* as a USER message: dropped */
-            in->req = NULL;
-            return 0;
-        }
         err = pscom_group_recv(con, hn, &in->req);
         break;
     case PSCOM_MSGTYPE_RMA_WRITE:
