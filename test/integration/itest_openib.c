@@ -39,6 +39,9 @@
  * two are owed; both post 1,500 sends at once (whole, in slices,
  * rendezvous pushed and read), then receive them all, checked, in order.
  *
+ * A close whose flush never comes (flush_lost): the completions that did
+ * not come keep no room in the completion queue.
+ *
  * One failure whose con_error closes the other connections (three
  * clients, traffic on every connection): client 1 dies (its connection
  * fails on its own, fail_one), or the server's completion queue fails
@@ -132,6 +135,44 @@ static const fb_case_t cases[] = {
     {"no_cq", NULL, NULL, "create_cq", "create_cq",
      "openib: emul0: cannot create a completion queue", TCP},
 };
+
+/* ---- a flush that never comes ----------------------------------------------- */
+
+/* The queue pair's flush at a close does not come (the software HCA's
+ * flush_hold: a provider that cleans the destroyed queue pair's
+ * completions out of the queue): the close gives up after its wait, and
+ * the completions that never came must not keep room in the queue. The
+ * queue starts with one entry: the first connection makes it grow, a
+ * second one after the close must fit without growing it again. */
+static int fl_role(tu_ctx_t *ctx)
+{
+    int server           = ctx->rank == TU_SERVER;
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    setenv("VERBS_EMUL_FAIL", "flush_hold", 1);
+    if (server) tu_server_listen(ctx, sock);
+    for (uint32_t round = 1; round <= 2; round++) {
+        pscom_connection_t *cons[2];
+        if (server) {
+            tu_server_accept_all(ctx, sock, cons);
+        } else {
+            cons[1] = tu_client_connect(ctx, sock);
+        }
+        TU_ASSERT_EQ(cons[1]->type, PSCOM_CON_TYPE_OPENIB);
+        if (server) { /* each closes the connection */
+            tu_echo_server(cons[1], round);
+        } else {
+            tu_echo_client(cons[1], round);
+        }
+    }
+    pscom_close_socket(sock); /* the last close ends here */
+    unsetenv("VERBS_EMUL_FAIL");
+    int lost = tu_log_file_count("work requests not flushed at close");
+    TU_ASSERT_MSG(lost == 2, "flushes given up at close: %d, want 2", lost);
+    int grown = tu_log_file_count("openib: completion queue 0 now");
+    TU_ASSERT_MSG(grown == 1, "the completion queue grew %d times, want once", grown);
+    tu_log_file_remove();
+    return 0;
+}
 
 /* ---- rendezvous by RDMA read ------------------------------------------------- */
 
@@ -520,6 +561,9 @@ int main(void)
         if (tu_run(rcur->name, 1, rd_server, rd_client, NULL)) return 1;
     }
     if (tu_run("rdma_read_sender_dies", 1, rd_death_server, rd_death_client, NULL)) return 1;
+    setenv("PSP_OPENIB_COMPQ_SIZE", "1", 1);
+    if (tu_run("flush_lost", 1, fl_role, fl_role, NULL)) return 1;
+    unsetenv("PSP_OPENIB_COMPQ_SIZE");
     tu_log_files("itest_openib", 3);
     /* The broken packet is the client's second send WR, its message after
      * the hello: a receive queue small enough, or credits returned at once,

@@ -971,7 +971,12 @@ static int vemul_modify(struct vemul_qp *q, struct ibv_qp_attr *a, int mask)
         break;
     case IBV_QPS_ERR:
         if (q->tx_blocked) vemul_kick(vemul_ctx(q->qp.context));
-        vemul_enter_err(q);
+        if (vemul_fail("flush_hold")) { /* flushed late, cleaned out by destroy_qp */
+            q->qp.state = IBV_QPS_ERR;
+            vemul_drop_all(q, 0);
+        } else {
+            vemul_enter_err(q);
+        }
         break;
     case IBV_QPS_RTR: {
         q->dlid = dlid;

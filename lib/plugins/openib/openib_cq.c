@@ -19,7 +19,10 @@
  * transport. A closing connection takes its queue pair to the error state
  * and waits until its flushed completions have been taken
  * (openib_con_quiesce), so that none of them is left in the queue when the
- * id is used again; the generation drops any that were not.
+ * id is used again; the generation drops any that were not. Once its queue
+ * pair is destroyed (openib_con_destroyed), the rest can no longer come:
+ * they keep no room. Only a queue pair that could not be destroyed leaves
+ * its outstanding count as stale room in its queue.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -208,6 +211,17 @@ void openib_con_quiesce(openib_con_t *oc)
     if (oc->wr_out)
         plog_dbg("%s: openib: %u work requests not flushed at close", pscom_con_name(oc->con),
                  oc->wr_out);
+}
+
+void openib_con_destroyed(openib_con_t *oc)
+{
+    if (!oc->id || !oc->wr_out) return;
+    /* The queue pair is gone: no completion of it comes any more. Those
+     * still in the queue are taken now; the rest the provider dropped
+     * with the queue pair (mlx5 cleans them out of the queue), so they
+     * keep no room. */
+    openib_cq_take();
+    oc->wr_out = 0;
 }
 
 void openib_ready_add(openib_con_t *oc)

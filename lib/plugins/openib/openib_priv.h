@@ -209,6 +209,9 @@ int openib_cq_arm(void);
 void openib_con_unregister(openib_con_t *oc);
 /* take the QP to the error state and count its flushed completions */
 void openib_con_quiesce(openib_con_t *oc);
+/* after ibv_destroy_qp succeeded, before openib_con_unregister: what did
+ * not come by then never will */
+void openib_con_destroyed(openib_con_t *oc);
 /* poll the queue empty: each completion to its connection's stash (credits
  * taken, send slots freed), the connection marked ready. Never calls the
  * core. Returns the number taken. */

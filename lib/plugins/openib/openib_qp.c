@@ -93,8 +93,11 @@ err:
 void openib_con_resources_free(openib_con_t *oc)
 {
     openib_con_quiesce(oc); /* none of its completions left in the queue */
+    if (oc->qp && !ibv_destroy_qp(oc->qp)) {
+        oc->qp = NULL;
+        openib_con_destroyed(oc);
+    }
     openib_con_unregister(oc);
-    if (oc->qp) ibv_destroy_qp(oc->qp);
     if (oc->read_mr) ibv_dereg_mr(oc->read_mr);
     oc->read_mr = NULL;
     if (oc->mr) ibv_dereg_mr(oc->mr);
