@@ -216,6 +216,9 @@ PSCOM_API int pscom_cancel_send(pscom_request_t *request)
 {
     /* unlocked: another thread may be completing it */
     pscom_api_check_req(request);
+    /* a request that was never posted (ParaStation MPI cancels those of
+     * MPI_PROC_NULL): nothing to cancel, of whatever kind */
+    if (pscom_req_state_get(request) & PSCOM_REQ_STATE_DONE) return 0;
     pscom_api_check(pscom_req_state_get(request) & PSCOM_REQ_STATE_SEND_REQUEST, "a send request");
     int res = 0;
     pscom_lock();
@@ -235,6 +238,7 @@ PSCOM_API int pscom_cancel_send(pscom_request_t *request)
 PSCOM_API int pscom_cancel_recv(pscom_request_t *request)
 {
     pscom_api_check_req(request);
+    if (pscom_req_state_get(request) & PSCOM_REQ_STATE_DONE) return 0; /* as cancel_send */
     pscom_api_check(pscom_req_state_get(request) & PSCOM_REQ_STATE_RECV_REQUEST,
                     "a receive request");
     int res = 0;

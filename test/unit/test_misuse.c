@@ -277,6 +277,20 @@ static void test_misuse_aborts(void **state)
     expect_abort(group_find_without_socket, "pscom_group_find", "a socket");
 }
 
+/* A request that was never posted is DONE: cancelling it, as either
+ * kind, does nothing and returns 0 (ParaStation MPI cancels the unposted
+ * requests of MPI_PROC_NULL; until 2026-11-29 this aborted) */
+static void test_cancel_never_posted(void **state)
+{
+    pscom_request_t *r = pscom_request_create(0, 0);
+    pscom_req_state_t before = r->state;
+    assert_int_equal(pscom_cancel_send(r), 0);
+    assert_int_equal(pscom_cancel_recv(r), 0);
+    assert_int_equal(pscom_cancel(r), 0);
+    assert_int_equal(r->state, before);
+    pscom_request_free(r);
+}
+
 static void test_prepare_never_overflows(void **state)
 {
     pscom_connection_t *loop = pscom_open_connection(sock);
@@ -314,6 +328,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_right_use_runs),
         cmocka_unit_test(test_misuse_aborts),
+        cmocka_unit_test(test_cancel_never_posted),
         cmocka_unit_test(test_prepare_never_overflows),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
