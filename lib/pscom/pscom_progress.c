@@ -79,6 +79,18 @@ static int epfd = -1;
 static int wake_fd = -1;
 static unsigned sleepers;
 static unsigned in_epoll;
+/* A wake-up ends the epoll_wait of one thread only (the kernel wakes one
+ * waiter per event, and the first to read the counter empties it): each
+ * sleeper notes the generation of wake-ups it went to sleep in, and one
+ * that comes back passes the wake-up on while a sleeper of an older
+ * generation is left (until 2026-11-29 the others slept on for up to 1 s,
+ * itest_threads_wake). Both under the lock. */
+typedef struct sleeper {
+    struct sleeper *next;
+    unsigned gen;
+} sleeper_t;
+static sleeper_t *sleeping;
+static unsigned wake_gen;
 static pscom_ufd_t wake_ufd;
 static pscom_list_t pollers = PSCOM_LIST_INIT(pollers);
 static unsigned pollers_active;
@@ -101,10 +113,37 @@ static void wake_handler(pscom_ufd_t *ufd, uint32_t revents)
     }
 }
 
-static void wake_sleepers(void)
+static void wake_one(void)
 {
     uint64_t one = 1;
     if (write(wake_fd, &one, sizeof(one)) < 0) { /* counter full: already signalled */
+    }
+}
+
+static void wake_sleepers(void)
+{
+    wake_gen++;
+    wake_one();
+}
+
+/* Back from epoll_wait (lock held): me out of the sleepers. */
+static void sleeper_back(sleeper_t *me)
+{
+    sleeper_t **pp = &sleeping;
+    while (*pp != me) pp = &(*pp)->next;
+    *pp = me->next;
+}
+
+/* After the events of a sleep (a wake-up read and emptied): passed on if a
+ * sleeper has not had it. (Written before the read, it would wake the next
+ * sleeper's epoll_wait only for it to find the counter empty and sleep on.) */
+static void wake_pass_on(void)
+{
+    for (sleeper_t *s = sleeping; s; s = s->next) {
+        if (s->gen != wake_gen) {
+            wake_one();
+            return;
+        }
     }
 }
 
@@ -375,6 +414,8 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
     struct epoll_event evs[MAX_EVENTS];
     int n;
     if (timeout_ms && pscom.threaded) {
+        sleeper_t me = {sleeping, wake_gen};
+        sleeping     = &me;
         sleepers++;
         __atomic_add_fetch(&in_epoll, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&pscom.lock);
@@ -382,6 +423,7 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
         __atomic_sub_fetch(&in_epoll, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_lock(&pscom.lock);
         sleepers--;
+        sleeper_back(&me);
     } else if (!timeout_ms && hot_fds && pollers_active) { /* a busy-polling pass */
         uint64_t t0 = pscom_time_ns();
         n           = epoll_wait(epfd, evs, MAX_EVENTS, 0);
@@ -392,8 +434,10 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
         n = epoll_wait(epfd, evs, MAX_EVENTS, timeout_ms);
         if (n > 0 && hot_fds) fds_event_ns = pscom_time_ns();
     }
+    int slept = timeout_ms && pscom.threaded;
     if (n < 0) {
         if (errno != EINTR) plog_err("epoll_wait() failed: %m");
+        if (slept && sleeping) wake_pass_on(); /* it may have ended by a wake-up too */
         return progress;
     }
     int events = 0; /* a wake-up is not one: it only ends a sleep */
@@ -410,8 +454,11 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
         events += ufd != &wake_ufd;
     }
     if (events) pscom.progress_counter++;
-    if ((progress || events) && __atomic_load_n(&in_epoll, __ATOMIC_SEQ_CST) && wake_fd >= 0)
+    if ((progress || events) && __atomic_load_n(&in_epoll, __ATOMIC_SEQ_CST) && wake_fd >= 0) {
         wake_sleepers();
+    } else if (slept && sleeping) {
+        wake_pass_on();
+    }
     return progress || events;
 }
 

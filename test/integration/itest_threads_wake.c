@@ -9,6 +9,12 @@
  * The first is caught every time; the second only when the poller looks
  * at the fds before the sleeper does, one run in a few.)
  *
+ * Then two threads asleep, each waiting for a receive of its own loopback
+ * connection, and one of them completed (either one, by a send or a
+ * cancel): it must wake at once although the other sleeps on. (Until
+ * 2026-11-29 the wake-up ended the epoll_wait of one thread only: when
+ * that was the other one, the one completed slept on for its 1 s.)
+ *
  * The waiting thread is given WAIT_MS to fall asleep before the completing
  * call (a sleeper that is still spinning just makes the round pass); it
  * must return within LATE_MS of that call, against about 1000 - WAIT_MS ms
@@ -18,6 +24,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +55,64 @@ static void *poller(void *arg)
         sched_yield();
     }
     return NULL;
+}
+
+/* ---- two sleepers ---- */
+
+static pscom_request_t *req2[2];
+static _Atomic double returned2_ms[2];
+
+static void *waiter2(void *arg)
+{
+    int me = (int)(intptr_t)arg;
+    pscom_wait(req2[me]);
+    returned2_ms[me] = tu_now_ms();
+    return NULL;
+}
+
+/* complete receive i of two on its loopback connection */
+static void complete(pscom_connection_t *loop, int i, int cancel)
+{
+    int val = 42 + i;
+    if (cancel) {
+        TU_ASSERT_EQ(pscom_cancel_recv(req2[i]), 1);
+    } else {
+        pscom_send(loop, NULL, 0, &val, sizeof(val));
+    }
+}
+
+static void two_sleepers(pscom_connection_t *loops[2])
+{
+    for (int round = 0; round < 8; round++) { /* (without the fix, a round failed in 1 of 6) */
+        int cancel = round / 4, target = round % 2, other = !target;
+        int buf[2] = {0, 0};
+        pthread_t w[2];
+        for (int i = 0; i < 2; i++) {
+            req2[i]             = tu_post_recv(loops[i], &buf[i], sizeof(buf[i]), 0);
+            returned2_ms[i]     = 0;
+            TU_ASSERT_EQ(pthread_create(&w[i], NULL, waiter2, (void *)(intptr_t)i), 0);
+        }
+        double t0 = tu_now_ms();
+        while (tu_now_ms() - t0 < WAIT_MS) { /* both fall asleep */
+        }
+        double t1 = tu_now_ms();
+        complete(loops[target], target, cancel);
+        pthread_join(w[target], NULL);
+        double late = returned2_ms[target] - t1;
+        complete(loops[other], other, cancel);
+        pthread_join(w[other], NULL);
+        tu_log("two asleep, %s of one: it returned %.1f ms after", cancel ? "cancel" : "send",
+               late);
+        TU_ASSERT_MSG(late < LATE_MS,
+                      "with two threads asleep, the one whose request the %s completed "
+                      "returned %.0f ms after",
+                      cancel ? "pscom_cancel_recv" : "loopback send", late);
+        if (!cancel) {
+            TU_ASSERT_EQ(buf[0], 42);
+            TU_ASSERT_EQ(buf[1], 43);
+        }
+        for (int i = 0; i < 2; i++) pscom_request_free(req2[i]);
+    }
 }
 
 static int self(tu_ctx_t *ctx)
@@ -94,6 +159,10 @@ static int self(tu_ctx_t *ctx)
             pscom_request_free(req);
         }
     }
+    pscom_connection_t *loops[2] = {loop, pscom_open_connection(s)};
+    TU_ASSERT_OK(pscom_connect(loops[1], NULL, 0, PSCOM_CON_FLAG_DIRECT));
+    two_sleepers(loops);
+    pscom_close_connection(loops[1]);
     pscom_close_connection(loop);
     pscom_close_socket(s);
     return 0;
