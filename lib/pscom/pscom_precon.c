@@ -385,10 +385,22 @@ void precon_refuse(pscom_precon_t *pre, uint32_t reason)
 
 /* ---- input ------------------------------------------------------------------- */
 
+/* A peer that sends and sends must neither hold up the progress engine
+ * nor keep a handshake going for ever: at most MSGS_PER_PASS messages per
+ * event (the rest at the next pass), at most MSGS_MAX in a handshake (a
+ * real one has a HELLO, an OFFER and a CANCEL per plugin and a CONFIRM),
+ * and at most TICKS_MAX_FACTOR stall windows in all (the watchdog). Until
+ * 2026-11-29 a raw peer's flood of OFFERs kept one pscom_test_any() from
+ * returning for as long as it sent, and the DECLINEs queued for it grew
+ * without bound while it did not read. */
+#define MSGS_PER_PASS    16
+#define MSGS_MAX         256
+#define TICKS_MAX_FACTOR 5
+
 /* Read what is available, exactly up to message boundaries. */
 static void read_msgs(pscom_precon_t *pre)
 {
-    for (;;) {
+    for (unsigned pass_msgs = 0; pass_msgs < MSGS_PER_PASS;) {
         size_t want = PSCOM_PRECON_HEADER_SIZE;
         if (pre->in_have >= PSCOM_PRECON_HEADER_SIZE) want += pre->hdr.len;
         ssize_t n =
@@ -441,6 +453,13 @@ static void read_msgs(pscom_precon_t *pre)
             pre->in_have == PSCOM_PRECON_HEADER_SIZE + pre->hdr.len) {
             /* the message is the handler's now: a new attempt or the end
              * of the handshake inside it (precon_in_reset) leaves it be */
+            if (++pre->msgs > MSGS_MAX) {
+                plog_err("%s: handshake of more than %u messages: closing",
+                         pscom_con_name(pre->con), MSGS_MAX);
+                precon_handshake_failed(pre, 0, PSCOM_ERR_IOERROR, EPROTO, "too many messages");
+                return;
+            }
+            pass_msgs++;
             unsigned char *msg = precon_in(pre), *big = pre->in_big;
             pre->in_big        = NULL;
             pre->in_have       = 0;
@@ -494,6 +513,13 @@ static void precon_timer(pscom_timer_t *timer)
         precon_attempt_start(pre);
         return;
     }
+    if (++pre->ticks >= TICKS_MAX_FACTOR * stalled_max()) {
+        plog_err("%s: handshake not done within %u ms (%u x PSP_PRECON_TCP_RECONNECT_TIMEOUT x "
+                 "PSP_PRECON_TCP_CONNECT_STALLED_MAX) although bytes moved: closing",
+                 pscom_con_name(pre->con), tick_ms() * pre->ticks, TICKS_MAX_FACTOR);
+        precon_handshake_failed(pre, 1, PSCOM_ERR_STDERROR, ETIMEDOUT, "handshake too long");
+        return;
+    }
     if (pre->moved || input_waiting(pre)) {
         pre->moved   = 0;
         pre->stalled = 0;
@@ -540,6 +566,8 @@ void precon_attempt_start(pscom_precon_t *pre)
     char tgt[96], lim[96];
     pre->attempt++;
     pre->hello_received     = 0;
+    pre->ticks              = 0;
+    pre->msgs               = 0;
     precon_in_reset(pre);
     pre->out_len            = 0;
     pre->out_off            = 0;

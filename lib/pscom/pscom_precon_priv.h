@@ -77,6 +77,8 @@ struct pscom_precon {
     pscom_timer_t timer;
     unsigned stalled;                     /* ticks without a byte moved */
     int moved;                            /* a byte moved since the last tick */
+    unsigned ticks;                       /* ticks of this handshake (attempt) */
+    unsigned msgs;                        /* messages read in it */
 };
 
 /* the message being read (header first) */

@@ -30,9 +30,25 @@
  *                        it was delivered), and with the default, where
  *                        it comes in the same read as the EOF (it was
  *                        dropped without a word).
+ *
+ * And peers that keep a handshake going (doc/wire-protocol.md, limits):
+ *
+ *   raw_offer_flood      after the HELLOs the peer writes 300 OFFERs of a
+ *                        plugin nobody has at once and reads none of the
+ *                        DECLINEs. The server reads at most 16 handshake
+ *                        messages per pass and closes the handshake after
+ *                        256, saying so; then a real handshake of the same
+ *                        peer is served. (Until 2026-11-29 one progress
+ *                        call read for as long as the peer sent, and the
+ *                        DECLINEs queued for it grew without bound.)
+ *   raw_trickle          the peer sends its handshake one byte at a time,
+ *                        fast enough that no stall is seen: the server
+ *                        closes it after 5 stall windows in all, saying so
+ *                        (until 2026-11-29 such a peer held it for ever).
  */
 #include "pscom_testutil.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,13 +108,9 @@ static void precon_expect(int fd, uint16_t type)
     raw_read(fd, payload, le32toh(h.len));
 }
 
-/* A TCP connection to the server's listener, through the handshake: the
- * server's tcp transport takes it over. */
-static int raw_connect(tu_ctx_t *ctx)
+/* the HELLO of a raw peer named name */
+static pscom_precon_hello_t raw_hello_msg(const char *name)
 {
-    const char *colon = strchr(tu_client_get_ep(ctx), ':');
-    TU_ASSERT_NOT_NULL(colon);
-    int fd = tu_tcp_connect(atoi(colon + 1));
     pscom_precon_hello_t hello = {
         .wire_version = htole32(PSCOM_WIRE_VERSION),
         .node_id      = (int32_t)htole32(0x7f000001),
@@ -106,9 +118,25 @@ static int raw_connect(tu_ctx_t *ctx)
         .portno       = (int32_t)htole32((uint32_t)-1),
         .attempt      = htole32(1),
         .con_id       = htole64(0x1234),
-        .name         = "rawpeer",
     };
+    strncpy(hello.name, name, sizeof(hello.name));
+    return hello;
+}
+
+static void raw_hello(int fd)
+{
+    pscom_precon_hello_t hello = raw_hello_msg("rawpeer");
     precon_send(fd, PSCOM_PRECON_HELLO, &hello, sizeof(hello));
+}
+
+/* A TCP connection to the server's listener, through the handshake: the
+ * server's tcp transport takes it over. */
+static int raw_connect(tu_ctx_t *ctx)
+{
+    const char *colon = strchr(tu_client_get_ep(ctx), ':');
+    TU_ASSERT_NOT_NULL(colon);
+    int fd = tu_tcp_connect(atoi(colon + 1));
+    raw_hello(fd);
     precon_expect(fd, PSCOM_PRECON_HELLO);
     char plugin[PSCOM_PRECON_PLUGIN_NAME] = "tcp";
     precon_send(fd, PSCOM_PRECON_OFFER, plugin, sizeof(plugin));
@@ -343,6 +371,133 @@ static int eof_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- raw_offer_flood ---------------------------------------------------------- */
+
+#define FLOOD_OFFERS   300
+#define FLOOD_PER_PASS 16  /* MSGS_PER_PASS in pscom_precon.c */
+#define FLOOD_MARK     "--- pass ---"
+
+static int flood_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = server_open(ctx);
+    tu_capture_begin();
+    while (!accepted) { /* the raw peer's second, real handshake */
+        pscom_wait_any();
+        fprintf(stderr, FLOOD_MARK "\n");
+    }
+    char *log = tu_capture_end();
+    TU_ASSERT_EQ(tu_count(log, "handshake of more than 256 messages: closing"), 1);
+    /* the OFFERs read per pass (PSP_DEBUG_PRECON): at most FLOOD_PER_PASS */
+    int total = 0, most = 0;
+    for (char *pass = log; pass;) {
+        char *end = strstr(pass, FLOOD_MARK);
+        if (end) *end = 0;
+        int n = tu_count(pass, "recv type 2 ");
+        total += n;
+        if (n > most) most = n;
+        pass = end ? end + strlen(FLOOD_MARK) : NULL;
+    }
+    tu_log("%d OFFERs read in all, at most %d in one pass", total, most);
+    TU_ASSERT_MSG(most <= FLOOD_PER_PASS, "%d handshake messages read in one pass, want at most %d",
+                  most, FLOOD_PER_PASS);
+    TU_ASSERT_GE(total, 256 - 1); /* (the HELLO was the first of the 256) */
+    free(log);
+    server_close(ctx, sock);
+    return 0;
+}
+
+static int flood_client(tu_ctx_t *ctx)
+{
+    const char *colon = strchr(tu_client_get_ep(ctx), ':');
+    TU_ASSERT_NOT_NULL(colon);
+    int fd = tu_tcp_connect(atoi(colon + 1));
+    raw_hello(fd);
+    precon_expect(fd, PSCOM_PRECON_HELLO);
+    enum { ONE = PSCOM_PRECON_HEADER_SIZE + PSCOM_PRECON_PLUGIN_NAME };
+    unsigned char *out = tu_malloc(FLOOD_OFFERS * ONE);
+    for (int i = 0; i < FLOOD_OFFERS; i++) {
+        pscom_precon_header_t h = {
+            .magic   = htole32(PSCOM_PRECON_MAGIC),
+            .type    = htole16(PSCOM_PRECON_OFFER),
+            .version = htole16(PSCOM_PRECON_VERSION),
+            .len     = htole32(PSCOM_PRECON_PLUGIN_NAME),
+        };
+        char name[PSCOM_PRECON_PLUGIN_NAME] = "nosuch";
+        memcpy(out + i * ONE, &h, sizeof(h));
+        memcpy(out + i * ONE + sizeof(h), name, sizeof(name));
+    }
+    raw_write(fd, out, FLOOD_OFFERS * ONE); /* at once; no DECLINE read */
+    free(out);
+    wait_closed(fd); /* the server ends the handshake */
+    close(fd);
+    fd = raw_connect(ctx); /* and still serves */
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_DONE);
+    close(fd);
+    return 0;
+}
+
+/* ---- raw_trickle ----------------------------------------------------------------- */
+
+static int trickle_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = server_open(ctx);
+    tu_capture_begin();
+    TU_ASSERT_EQ(tu_wait_signal_progress(ctx, 1), SIG_WRITTEN); /* the peer saw the close */
+    char *log = tu_capture_end();
+    TU_ASSERT_EQ(tu_count(log, "handshake not done within"), 1);
+    TU_ASSERT_EQ(tu_count(log, "moved no byte"), 0);
+    free(log);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int trickle_client(tu_ctx_t *ctx)
+{
+    const char *colon = strchr(tu_client_get_ep(ctx), ':');
+    TU_ASSERT_NOT_NULL(colon);
+    int fd = tu_tcp_connect(atoi(colon + 1));
+    /* the HELLO, then CANCELs (harmless one by one), a byte every 10 ms
+     * (the stall window is 300 ms) until the server closes */
+    unsigned char msg[PSCOM_PRECON_HEADER_SIZE + sizeof(pscom_precon_hello_t)];
+    pscom_precon_header_t h = {
+        .magic   = htole32(PSCOM_PRECON_MAGIC),
+        .type    = htole16(PSCOM_PRECON_HELLO),
+        .version = htole16(PSCOM_PRECON_VERSION),
+        .len     = htole32(sizeof(pscom_precon_hello_t)),
+    };
+    pscom_precon_hello_t hello = raw_hello_msg("trickle");
+    memcpy(msg, &h, sizeof(h));
+    memcpy(msg + sizeof(h), &hello, sizeof(hello));
+    size_t len = sizeof(msg), off = 0;
+    int sent = 0;
+    double t0 = tu_now_ms();
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r           = poll(&p, 1, 10); /* the pace of the trickle; the server's close ends it */
+        if (r > 0) {
+            char buf[256];
+            ssize_t n = read(fd, buf, sizeof(buf)); /* its HELLO, then the end */
+            if (n <= 0) break;
+            continue;
+        }
+        if (off == len) { /* the next message: a CANCEL */
+            h.type = htole16(PSCOM_PRECON_CANCEL);
+            h.len  = 0;
+            memcpy(msg, &h, sizeof(h));
+            len = sizeof(h);
+            off = 0;
+        }
+        if (send(fd, msg + off, 1, MSG_NOSIGNAL) != 1) break; /* closed */
+        off++;
+        sent++;
+        TU_ASSERT_MSG(tu_now_ms() - t0 < 15000, "the server kept the trickling handshake open");
+    }
+    tu_log("closed by the server after %d bytes, %.0f ms", sent, tu_now_ms() - t0);
+    close(fd);
+    tu_signal(ctx, TU_SERVER, SIG_WRITTEN);
+    return 0;
+}
+
 int main(void)
 {
     tu_opts_t opts = {.timeout = 20};
@@ -352,5 +507,11 @@ int main(void)
     if (tu_run("raw_after_eof_later_read", 1, eof_server, eof_client, &opts)) return 1;
     unsetenv("PSP_READAHEAD");
     if (tu_run("raw_after_eof_same_read", 1, eof_server, eof_client, &opts)) return 1;
+    setenv("PSP_DEBUG_PRECON", "1", 1); /* the messages read, in the log */
+    if (tu_run("raw_offer_flood", 1, flood_server, flood_client, &opts)) return 1;
+    unsetenv("PSP_DEBUG_PRECON");
+    setenv("PSP_PRECON_TCP_RECONNECT_TIMEOUT", "50", 1); /* a tick of 50 ms */
+    setenv("PSP_PRECON_TCP_CONNECT_STALLED_MAX", "6", 1); /* a stall window of 300 ms */
+    if (tu_run("raw_trickle", 1, trickle_server, trickle_client, &opts)) return 1;
     return 0;
 }
