@@ -18,6 +18,13 @@
  *     (nothing buffered), content right (sample regions are cleared
  *     before, and each message has a pattern of its own, so stale data
  *     cannot pass).
+ *  3. over ucp only: the same buffer again as an eager message that arrives
+ *     unexpected (the plugin writes it into the core's 4 GiB buffer), and
+ *     a receive of 1 MiB posted as soon as a probe sees its header, while
+ *     the rest still arrives: TRUNCATED, the real length, the first MiB
+ *     right. (Until 2026-11-29 the plugin kept the count of bytes stored
+ *     in an unsigned: the receive got the first 24 bytes and DONE.) The
+ *     receiver's own buffer is freed before: 4 GiB for the core's.
  *
  * Memory: sender 4 GiB + receiver 4 GiB. The receiver touches its buffer
  * while the sender fills its own, so the logged rates are transfer rates,
@@ -140,6 +147,38 @@ static void finish(pscom_request_t *r, unsigned char *buf, uint32_t seq, double 
     pscom_request_free(r);
 }
 
+/* case 3 runs over ucp only (its unexpected eager path) */
+static int ucp_merge(void)
+{
+    const char *t = tu_contype();
+    return t && !strcmp(t, "ucp");
+}
+
+#define MERGE_KEEP (1u << 20)
+
+static void merge_server(tu_ctx_t *ctx, pscom_connection_t *con)
+{
+    tu_signal(ctx, 1, SIG_GO);
+    pscom_request_t *p = tu_make_recv(con, NULL, 0, sizeof(xh_t));
+    while (!pscom_iprobe(p)) {
+    }
+    TU_ASSERT_EQ(p->header.data_len, HUGE_LEN);
+    pscom_request_free(p);
+    unsigned char *buf = tu_malloc(MERGE_KEEP + 64);
+    memset(buf, 0xab, MERGE_KEEP + 64);
+    pscom_request_t *r = tu_post_recv(con, buf, MERGE_KEEP, sizeof(xh_t));
+    TU_ASSERT_STATE_LACKS(r->state, PSCOM_REQ_STATE_DONE); /* the rest still arrives */
+    pscom_wait(r);
+    TU_ASSERT_STATE_HAS(r->state, PSCOM_REQ_STATE_TRUNCATED);
+    TU_ASSERT_STATE_LACKS(r->state, PSCOM_REQ_STATE_ERROR);
+    TU_ASSERT_EQ(r->header.data_len, HUGE_LEN);
+    check(buf, MERGE_KEEP, 1000 + 2); /* message 2's data, sent again */
+    TU_ASSERT_BYTES(buf + MERGE_KEEP, 64, 0xab);
+    tu_log("eager message 3, unexpected, matched while it arrived: the first MiB right");
+    pscom_request_free(r);
+    free(buf);
+}
+
 static int server(tu_ctx_t *ctx)
 {
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
@@ -178,8 +217,13 @@ static int server(tu_ctx_t *ctx)
     double t0 = now();
     finish(tu_post_recv(con, buf, HUGE_LEN, sizeof(xh_t)), buf, 2, t0);
 
+    if (ucp_merge()) {
+        huge_free(buf);
+        merge_server(ctx, con);
+    } else {
+        huge_free(buf);
+    }
     tu_wait_tag(con, NULL, 0x444f4e45u);
-    huge_free(buf);
     return 0;
 }
 
@@ -222,6 +266,15 @@ static int client(tu_ctx_t *ctx)
         pscom_wait(s);
         TU_ASSERT_SUCCESSFUL(s);
         TU_ASSERT_STATE_HAS(s->state, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
+    }
+    if (ucp_merge()) { /* 3: message 2's data again, eager, unexpected */
+        TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), SIG_GO);
+        pscom_req_state_t st = 0;
+        xh_t xh              = {XH_MAGIC, 3, HUGE_LEN};
+        pscom_send_inplace(con, &xh, sizeof(xh), buf, HUGE_LEN, inplace_done, &st);
+        while (!st) pscom_wait_any();
+        TU_ASSERT_STATE_HAS(st, PSCOM_REQ_STATE_DONE);
+        TU_ASSERT_STATE_LACKS(st, PSCOM_REQ_STATE_ERROR);
     }
     pscom_request_free(s);
     tu_send_tag(con, 0x444f4e45u);

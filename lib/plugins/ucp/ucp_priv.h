@@ -100,7 +100,9 @@ typedef struct ucp_req {
     int completed;
     ucs_status_t status;
     uint64_t con_id;         /* owner (looked up, never a pointer) */
-    unsigned slot;           /* RECV: kind; DATA: bytes kept */
+    size_t slot;             /* RECV: kind; DATA: bytes kept (a size: until 2026-11-29
+                              * an unsigned, which cut the part of a message of 4 GiB or
+                              * more that an unexpected receive had kept) */
     char *buf;               /* RECV: its buffer; SEND: heap copy; or NULL */
     size_t len;
     ucp_partial_t *partial;  /* DATA/DISCARD through the generic datatype */

@@ -443,7 +443,7 @@ static int post_data(ucp_con_t *uc, ucp_tag_message_h msg, size_t len)
         ucp_req_track(r, UCP_REQ_DATA, uc->id);
         ucp_peer_req(uc, r);
         r->len     = len;
-        r->slot    = (unsigned)keep;
+        r->slot    = keep;
         r->partial = p;
         uc->rx_req = r;
         /* not counted in rx_inflight (PSP_UCP_MAX_RECV, ucp_priv.h) */
@@ -736,7 +736,7 @@ void ucp_rx_pump(ucp_con_t *uc)
             }
             ucs_status_t status = r->status;
             size_t len          = r->len;
-            unsigned kind       = r->slot;
+            size_t kind         = r->slot;
             if (status != UCS_OK) {
                 int data = r->type == UCP_REQ_DATA;
                 ucp_req_release(r);
@@ -748,7 +748,7 @@ void ucp_rx_pump(ucp_con_t *uc)
                 char *buf = r->buf;
                 r->buf    = NULL;
                 ucp_req_release(r);
-                stopped = deliver_own(uc, buf, len, kind);
+                stopped = deliver_own(uc, buf, len, (unsigned)kind);
                 if (!stopped) stopped = data_early(uc);
             } else { /* DATA written in place; kind holds the stored part */
                 ucp_req_release(r);
