@@ -36,6 +36,7 @@
 #define UCP_BUSY_PROBE_EVERY 16
 /* bounded wait for endpoint close requests at fini */
 #define UCP_FINI_WAIT_US 2000000
+#define UCP_FINI_DRAIN_ROUNDS 64 /* progress rounds for late messages before the endpoints close */
 
 ucp_global_t ucp_g = {
     .dirty  = PSCOM_LIST_INIT(ucp_g.dirty),
@@ -546,6 +547,21 @@ void ucp_worker_fini(void)
     if (!ucp_g.worker) return;
     if (ucp_g.rx_done) ucp_req_release(ucp_g.rx_done);
     ucp_g.rx_done = NULL;
+    /* what arrived for closed connections, dropped while the endpoints are
+     * still open: UCX 1.13 receives a rendezvous announcement through its
+     * endpoint, and one on an endpoint to this process that was closed
+     * failed an assertion (ucp_worker.inl, with UCX_RNDV_THRESH=0 even a
+     * BYE is one) */
+    for (unsigned round = 0; round < UCP_FINI_DRAIN_ROUNDS; round++) {
+        ucp_tag_recv_info_t info;
+        ucp_tag_message_h msg;
+        int dropped = 0;
+        while ((msg = ucp_tag_probe_nb(ucp_g.worker, 0, 0, 1, &info))) {
+            ucp_rx_discard(msg, &info);
+            dropped = 1;
+        }
+        if (!dropped && !ucp_worker_progress(ucp_g.worker)) break;
+    }
     ucp_peers_fini(); /* endpoints no connection uses any more */
     /* let graceful endpoint closes finish (bounded: a dead peer never
      * answers), and drop what nobody took (late BYEs of closed connections,
