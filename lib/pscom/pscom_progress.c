@@ -288,6 +288,11 @@ static void free_deferred(void)
     }
 }
 
+void pscom_free_deferred_now(void)
+{
+    if (deferred_head && !sleepers) free_deferred();
+}
+
 /* ---- timers --------------------------------------------------------------- */
 
 void pscom_timer_start(pscom_timer_t *timer, unsigned ms)
