@@ -88,6 +88,14 @@ static void handle_hello(pscom_precon_t *pre, const unsigned char *p, size_t len
         precon_fail(pre, PSCOM_ERR_CONNECTION_REFUSED, EPROTO);
         return;
     }
+    if (pre->is_connect && le64toh(h.con_id) == (uint64_t)(uintptr_t)&con->pub) {
+        /* our own HELLO back: an echo server, not a pscom peer (until
+         * 2026-11-29 we took ourselves for the peer) */
+        plog_err("%s: the peer sent our own HELLO back (an echo, not pscom); closing",
+                 pscom_con_name(con));
+        precon_fail(pre, PSCOM_ERR_IOERROR, EPROTO);
+        return;
+    }
     pre->hello_received = 1;
     pre->peer.node_id   = (int32_t)le32toh((uint32_t)h.node_id);
     pre->peer.rank      = (int32_t)le32toh((uint32_t)h.rank);

@@ -17,7 +17,10 @@
  * Scenario "handshake" (server = a plain TCP listener, no pscom):
  *  - the listener accepts and closes at once, or answers with garbage and
  *    closes: pscom_connect(DIRECT) must return, either with an error or
- *    with SUCCESS plus con_error(OP_CONNECT) and state CLOSED (5.7).
+ *    with SUCCESS plus con_error(OP_CONNECT) and state CLOSED (5.7);
+ *  - the listener echoes what it reads: pscom_connect(DIRECT) fails at once
+ *    (EPROTO) and says that its own HELLO came back (until 2026-11-29 it
+ *    took its own HELLO for the peer's, its remote_con_info its own).
  *
  * PSP_RETRY is set to 1 (unless the environment sets it) so that refused
  * connects are not retried for 10 seconds.
@@ -147,6 +150,9 @@ static int raw_server(tu_ctx_t *ctx)
     int port;
     int lfd = tu_tcp_socket(INADDR_LOOPBACK, 4, &port);
     tu_signal(ctx, 1, (uint32_t)port);
+    int echo_port; /* a listener of its own: a retry of 1 may take 2's accept */
+    int efd = tu_tcp_socket(INADDR_LOOPBACK, 4, &echo_port);
+    tu_signal(ctx, 1, (uint32_t)echo_port);
 
     /* 1: accept and close at once */
     int fd = tu_tcp_accept(lfd);
@@ -158,8 +164,15 @@ static int raw_server(tu_ctx_t *ctx)
     ssize_t w = send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
     (void)w;
     close(fd);
-
-    close(lfd);
+    close(lfd); /* (a connect of 2 left in its backlog ends) */
+    /* 3: an echo server, until the client closes */
+    fd = tu_tcp_accept(efd);
+    unsigned char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR))
+        if (n > 0 && send(fd, buf, (size_t)n, MSG_NOSIGNAL) < 0) break;
+    close(fd);
+    close(efd);
     TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 2); /* client done */
     return 0;
 }
@@ -186,10 +199,24 @@ static int handshake_client(tu_ctx_t *ctx)
     pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
     sock->ops.con_error  = tu_on_con_error;
     char ep[128];
-    uint32_t port = tu_wait_signal(ctx, TU_SERVER);
+    uint32_t port      = tu_wait_signal(ctx, TU_SERVER);
+    uint32_t echo_port = tu_wait_signal(ctx, TU_SERVER);
     snprintf(ep, sizeof(ep), "127.0.0.1:%u@raw", port);
     expect_failed_handshake(sock, ep);
     expect_failed_handshake(sock, ep);
+    /* 3: the echo */
+    snprintf(ep, sizeof(ep), "127.0.0.1:%u@raw", echo_port);
+    pscom_connection_t *con = pscom_open_connection(sock);
+    tu_capture_begin();
+    errno          = 0;
+    pscom_err_t rc = pscom_connect(con, ep, 0, PSCOM_CON_FLAG_DIRECT);
+    int e          = errno;
+    char *log      = tu_capture_end();
+    TU_ASSERT_ERR(rc, PSCOM_ERR_STDERROR);
+    TU_ASSERT_EQ(e, EPROTO);
+    TU_ASSERT_EQ(tu_count(log, "the peer sent our own HELLO back"), 1);
+    free(log);
+    pscom_close_connection(con);
     tu_signal(ctx, TU_SERVER, 2);
     pscom_close_socket(sock);
     return 0;
