@@ -6,6 +6,7 @@
 #define PSCOM_CORE_H
 
 #include <pthread.h>
+#include <sys/types.h>
 
 #include "pscom_list.h"
 #include "pscom_types.h"
@@ -25,6 +26,7 @@ typedef struct pscom_stats {
 typedef struct pscom_global {
     int initialized;
     pscom_err_t init_result;
+    pid_t init_pid;                /* the process that called pscom_init() */
     int threaded;
     pthread_mutex_t lock;
 

@@ -26,6 +26,11 @@ pscom_global_t pscom = {
 static void cleanup(void)
 {
     if (!pscom.initialized) return;
+    /* a child forked after pscom_init() that ends with exit(): what it
+     * inherited (sockets, segments, endpoints) is the parent's, which
+     * goes on using it. Until 2026-11-29 the copy closed it all: the
+     * parent's peers saw an EOF (itest_fork). */
+    if (getpid() != pscom.init_pid) return;
     pscom_close_socket(NULL);
     pscom_lock();
     pscom_recv_fail_global();
@@ -61,6 +66,7 @@ PSCOM_API pscom_err_t pscom_init(int pscom_version)
         pscom_config_init();
         pscom.initialized = 1;
         pscom.init_result = PSCOM_SUCCESS;
+        pscom.init_pid    = getpid();
         if (pscom_progress_init() < 0) {
             pscom.init_result = res = PSCOM_ERR_STDERROR;
         } else {
