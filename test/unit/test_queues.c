@@ -206,6 +206,29 @@ static pscom_request_t *default_recv(pscom_connection_t *c, pscom_header_net_t *
     return dflt_req;
 }
 
+/* A receive for con1, parked behind an any-source receive that declines
+ * (recv_accept), must not take a message of con2: the any-source queue
+ * holds both, and only the connection's own receives may match. */
+static void test_parked_specific_other_con(void **state)
+{
+    fixture_t *f           = *state;
+    pscom_request_t *any   = recv_req(NULL, f->socket, 8);
+    any->ops.recv_accept   = accept_tag5;
+    pscom_request_t *s1    = recv_req(&f->con1->pub, f->socket, 8);
+    pscom_post_recv(any);
+    pscom_post_recv(s1); /* parked behind the any-source receive */
+    deliver(f->con2, 7, 8, 'x');
+    assert_false(pscom_req_is_done(any)); /* declined: not tag 5 */
+    assert_false(pscom_req_is_done(s1)); /* con2's message is not for it */
+    deliver(f->con1, 8, 8, 'y');
+    assert_int_equal(tag_of(s1), 8);
+    assert_false(pscom_req_is_done(any));
+    deliver(f->con2, 5, 8, 'z');
+    assert_int_equal(tag_of(any), 5);
+    free_req(any);
+    free_req(s1);
+}
+
 static void test_default_recv_wins(void **state)
 {
     fixture_t *f                   = *state;
@@ -452,6 +475,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_any_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_post_order_specific_any_mix, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recv_accept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parked_specific_other_con, setup, teardown),
         cmocka_unit_test_setup_teardown(test_default_recv_wins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_global_any_and_iprobe, setup, teardown),
@@ -462,6 +486,7 @@ int main(void)
         {"msg: any_source", test_any_source, setup_msg, teardown, NULL},
         {"msg: post_order_specific_any_mix", test_post_order_specific_any_mix, setup_msg, teardown, NULL},
         {"msg: recv_accept", test_recv_accept, setup_msg, teardown, NULL},
+        {"msg: parked_specific_other_con", test_parked_specific_other_con, setup_msg, teardown, NULL},
         {"msg: default_recv_wins", test_default_recv_wins, setup_msg, teardown, NULL},
         {"msg: truncation", test_truncation, setup_msg, teardown, NULL},
         {"msg: global_any_and_iprobe", test_global_any_and_iprobe, setup_msg, teardown, NULL},
