@@ -76,6 +76,31 @@ static void offer_next(pscom_precon_t *pre)
     precon_fail(pre, PSCOM_ERR_STDERROR, ENOPROTOOPT);
 }
 
+/* our HELLO (its bytes on the wire) */
+static void hello_build(const pscom_precon_t *pre, pscom_precon_hello_t *out)
+{
+    const pscom_sock_t *sock = pre->con->sock;
+    pscom_precon_hello_t h   = {
+        .wire_version = htole32(PSCOM_WIRE_VERSION),
+        .flags        = htole32(pre->flags),
+        .node_id      = (int32_t)htole32((uint32_t)sock->pub.local_con_info.node_id),
+        .rank         = (int32_t)htole32((uint32_t)sock->pub.local_con_info.rank),
+        .portno       = (int32_t)htole32((uint32_t)sock->pub.listen_portno),
+        .attempt      = htole32(pre->is_connect ? pre->attempt : 0),
+        .con_id       = htole64((uint64_t)(uintptr_t)&pre->con->pub),
+    };
+    memcpy(h.name, sock->pub.local_con_info.name, sizeof(h.name));
+    *out = h;
+}
+
+/* h is our own HELLO, byte for byte */
+static int hello_is_ours(const pscom_precon_t *pre, const pscom_precon_hello_t *h)
+{
+    pscom_precon_hello_t ours;
+    hello_build(pre, &ours);
+    return !memcmp(h, &ours, sizeof(ours));
+}
+
 static void handle_hello(pscom_precon_t *pre, const unsigned char *p, size_t len)
 {
     pscom_con_t *con = pre->con;
@@ -88,9 +113,12 @@ static void handle_hello(pscom_precon_t *pre, const unsigned char *p, size_t len
         precon_fail(pre, PSCOM_ERR_CONNECTION_REFUSED, EPROTO);
         return;
     }
-    if (pre->is_connect && le64toh(h.con_id) == (uint64_t)(uintptr_t)&con->pub) {
-        /* our own HELLO back: an echo server, not a pscom peer (until
-         * 2026-11-29 we took ourselves for the peer) */
+    if (pre->is_connect && hello_is_ours(pre, &h)) {
+        /* our own HELLO back, byte for byte: an echo server, not a pscom
+         * peer, whose HELLO has attempt 0 and its own port (the con_id
+         * alone is no proof: processes forked from one parent can have
+         * their connections at the same address). Until 2026-11-29 we
+         * took ourselves for the peer. */
         plog_err("%s: the peer sent our own HELLO back (an echo, not pscom); closing",
                  pscom_con_name(con));
         precon_fail(pre, PSCOM_ERR_IOERROR, EPROTO);
@@ -372,16 +400,7 @@ void precon_handle_msg(pscom_precon_t *pre, const unsigned char *p)
 
 int precon_send_hello(pscom_precon_t *pre)
 {
-    pscom_sock_t *sock = pre->con->sock;
-    pscom_precon_hello_t h = {
-        .wire_version = htole32(PSCOM_WIRE_VERSION),
-        .flags        = htole32(pre->flags),
-        .node_id      = (int32_t)htole32((uint32_t)sock->pub.local_con_info.node_id),
-        .rank         = (int32_t)htole32((uint32_t)sock->pub.local_con_info.rank),
-        .portno       = (int32_t)htole32((uint32_t)sock->pub.listen_portno),
-        .attempt      = htole32(pre->is_connect ? pre->attempt : 0),
-        .con_id       = htole64((uint64_t)(uintptr_t)&pre->con->pub),
-    };
-    memcpy(h.name, sock->pub.local_con_info.name, sizeof(h.name));
+    pscom_precon_hello_t h;
+    hello_build(pre, &h);
     return precon_send_msg(pre, PSCOM_PRECON_HELLO, &h, sizeof(h), NULL, 0);
 }
