@@ -188,6 +188,7 @@ void ucp_peer_req(const ucp_con_t *uc, ucp_req_t *r)
     if (ep_dead(e)) {
         ucp_req_orphan(r);
     } else {
+        pscom_list_del(&r->pep_next); /* (a drop: out of ucp_g.discards) */
         pscom_list_add_tail(&r->pep_next, &e->reqs);
     }
 }

@@ -254,6 +254,7 @@ typedef struct ucp_global {
     pscom_list_t failed;       /* connections with a failure to report */
     pscom_list_t prepost;      /* idle connections to post a receive for (ucp_recv.c) */
     pscom_list_t wiring;       /* connections whose handshake waits for the wire-up */
+    pscom_list_t discards;     /* drops in flight (ucp_req_t.pep_next): orphans at exit */
     pscom_list_t orphan_reqs;  /* the orphans (ucp_req_t.pep_next): at exit, what they
                                   hold of ours is freed after the worker (ucp_worker_fini) */
 } ucp_global_t;

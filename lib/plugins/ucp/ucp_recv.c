@@ -227,6 +227,7 @@ ucp_req_t *ucp_rx_discard(ucp_tag_message_h msg, const ucp_tag_recv_info_t *info
     if (UCS_PTR_IS_PTR(st)) {
         ucp_req_track(st, UCP_REQ_DISCARD, 0);
         ((ucp_req_t *)st)->partial = p;
+        pscom_list_add_tail(&((ucp_req_t *)st)->pep_next, &ucp_g.discards);
         ucp_wake();
         return st;
     }

@@ -43,6 +43,7 @@ ucp_global_t ucp_g = {
     .failed = PSCOM_LIST_INIT(ucp_g.failed),
     .prepost = PSCOM_LIST_INIT(ucp_g.prepost),
     .wiring  = PSCOM_LIST_INIT(ucp_g.wiring),
+    .discards    = PSCOM_LIST_INIT(ucp_g.discards),
     .orphan_reqs = PSCOM_LIST_INIT(ucp_g.orphan_reqs),
 };
 
@@ -585,6 +586,11 @@ void ucp_worker_fini(void)
         ucp_worker_progress(ucp_g.worker);
     }
     ucp_peers_abandon();
+    /* drops still in flight (a rendezvous whose sender has gone) may never
+     * end: their memory goes after the worker, as the orphans' (until
+     * 2026-11-29 it leaked, seen with UCX_RNDV_THRESH=0) */
+    while (!pscom_list_empty(&ucp_g.discards))
+        ucp_req_orphan(pscom_list_entry(ucp_g.discards.next, ucp_req_t, pep_next));
     if (hopeless)
         plog_dbg("ucp: %u UCX operations left in flight at exit: they cannot end (their "
                  "endpoints are closed or their peers gone)",
@@ -615,5 +621,6 @@ void ucp_worker_fini(void)
     pscom_list_init(&ucp_g.failed);
     pscom_list_init(&ucp_g.prepost);
     pscom_list_init(&ucp_g.wiring);
+    pscom_list_init(&ucp_g.discards);
     pscom_list_init(&ucp_g.orphan_reqs);
 }
