@@ -105,6 +105,7 @@ typedef struct deferred {
     void *ptr;
 } deferred_t;
 static deferred_t *deferred_head;
+static unsigned deferred_count;
 
 static void wake_handler(pscom_ufd_t *ufd, uint32_t revents)
 {
@@ -276,6 +277,7 @@ void pscom_defer_free(void *ptr)
     d->ptr        = ptr;
     d->next       = deferred_head;
     deferred_head = d;
+    deferred_count++;
 }
 
 static void free_deferred(void)
@@ -286,11 +288,28 @@ static void free_deferred(void)
         free(d->ptr);
         free(d);
     }
+    deferred_count = 0;
 }
+
+/* Frees kept from an API call: the objects closed last stay until the
+ * next progress pass (a use of one after its close meets its cleared magic,
+ * spec 5.10, and not freed memory), what is older goes. */
+#define DEFERRED_KEEP 16
 
 void pscom_free_deferred_now(void)
 {
-    if (deferred_head && !sleepers) free_deferred();
+    if (deferred_count <= DEFERRED_KEEP || sleepers) return;
+    deferred_t *keep_last = deferred_head; /* the list is newest first */
+    for (unsigned i = 1; i < DEFERRED_KEEP; i++) keep_last = keep_last->next;
+    deferred_t *d   = keep_last->next;
+    keep_last->next = NULL;
+    deferred_count  = DEFERRED_KEEP;
+    while (d) {
+        deferred_t *next = d->next;
+        free(d->ptr);
+        free(d);
+        d = next;
+    }
 }
 
 /* ---- timers --------------------------------------------------------------- */

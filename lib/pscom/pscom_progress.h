@@ -34,9 +34,10 @@ void pscom_wait_until_timed(int (*done)(void *arg), void *arg);
 /* Free ptr at the start of the next progress pass (objects an fd handler
  * further up the stack may still touch). */
 void pscom_defer_free(void *ptr);
-/* ... and what was deferred so, now, from an API call outside a progress
- * pass (unless a thread sleeps in epoll_wait): a program that opens and
- * closes sockets without progress in between does not pile them up */
+/* ... and what was deferred so, from an API call outside a progress pass
+ * (unless a thread sleeps in epoll_wait), but the last few: a program that
+ * opens and closes sockets without progress in between does not pile them
+ * up, and a use right after a close still meets the cleared magic */
 void pscom_free_deferred_now(void);
 
 #endif /* PSCOM_PROGRESS_H */

@@ -570,7 +570,7 @@ PSCOM_API void pscom_close_socket(pscom_socket_t *socket)
         while (!pscom_list_empty(&pscom.sockets))
             close_one_socket(pscom_list_entry(pscom.sockets.next, pscom_sock_t, next));
     }
-    pscom_free_deferred_now(); /* the socket: until 2026-11-29 at the next progress pass */
+    pscom_free_deferred_now(); /* earlier ones: until 2026-11-29 all at the next pass */
     pscom_unlock();
 }
 
