@@ -213,6 +213,9 @@ struct vemul_context {
      * receives for QPs whose receive CQ is armed */
     pthread_t engine;
     pid_t pid; /* the process the engine runs in */
+    /* the engine's poll set, kept here: reachable from the context, so that
+     * a child forked with the engine's stack gone does not see it leaked */
+    void *eng_fds, *eng_rd_of;
     int wake_fd; /* eventfd: the set to watch changed, or stop */
     int stop;
     unsigned long round; /* counts the engine's returns from poll() */

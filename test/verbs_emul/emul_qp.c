@@ -440,6 +440,8 @@ static void *vemul_engine(void *arg)
             struct vemul_qp **r = realloc(rd_of, want * sizeof(*rd_of));
             if (r) rd_of = r;
             if (f && r) cap = want;
+            vc->eng_fds   = fds;
+            vc->eng_rd_of = rd_of;
         }
         size_t n = 0;
         if (cap) {
@@ -490,6 +492,7 @@ static void *vemul_engine(void *arg)
         vc->round++;
         pthread_cond_broadcast(&vc->round_cond);
     }
+    vc->eng_fds = vc->eng_rd_of = NULL;
     pthread_mutex_unlock(&vc->lock);
     free(fds);
     free(rd_of);
