@@ -53,8 +53,9 @@
  * Third scenario (put_death): the origin dies (SIGKILL) in the middle of a
  * 64 MiB put; the target's PUT callback must not run for the incomplete
  * put, and con_error is called. Fourth scenario (get_death): the target dies
- * while answering a 64 MiB get; the origin's get ends with ERROR, io_done
- * runs and con_error is called. Fifth (get_origin_death): the origin of a
+ * while answering a 64 MiB get (or, get_death_early, before it read the
+ * request); the origin's get ends with ERROR, io_done runs and con_error is
+ * called. Fifth (get_origin_death): the origin of a
  * 64 MiB get dies without reading the answer; the target's GET callback
  * must not run for the answer that never left. (Over shm they complete
  * directly before the death: then the data must be all there.)
@@ -1142,6 +1143,10 @@ static pscom_request_t *post_death_get(pscom_connection_t *con, pscom_rkey_t rke
     return r;
 }
 
+/* get_death: the server is the origin, the client the target that dies;
+ * get_death_early: before it read the request (the get is still pending
+ * at the origin, not yet the connection's incoming answer) */
+static int get_death_early;
 /* get_death: the server is the origin, the client the target that dies */
 static int get_death_server(tu_ctx_t *ctx)
 {
@@ -1192,6 +1197,11 @@ static int get_death_client(tu_ctx_t *ctx)
     send_ctl(con, TAG_RKEY, 0, (uint64_t)(uintptr_t)g_win, rb, rl);
     pscom_rkey_buffer_release(rb);
     uint32_t how = tu_wait_signal(ctx, TU_SERVER);
+    if (get_death_early) { /* killed before it has even read the request */
+        tu_signal(ctx, TU_SERVER, 2);
+        tu_wait_signal(ctx, TU_SERVER);
+        TU_FAIL("not killed");
+    }
     /* read the request and start the answer; the origin does not read, so
      * the 64 MiB answer stays unfinished (how == 1). A get the origin read
      * directly (how == 2) has its callback run here, at most once. */
@@ -1351,6 +1361,8 @@ int main(void)
     if (tu_run("rma_direct", 1, direct_server, direct_client, NULL)) return 1;
     if (tu_run("rma_put_death", 1, put_death_server, put_death_client, &death)) return 1;
     if (tu_run("rma_get_death", 1, get_death_server, get_death_client, &death)) return 1;
+    get_death_early = 1;
+    if (tu_run("rma_get_death_early", 1, get_death_server, get_death_client, &death)) return 1;
     if (tu_run("rma_get_origin_death", 1, get_origin_death_server, get_origin_death_client,
                &death))
         return 1;
