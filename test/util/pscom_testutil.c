@@ -505,6 +505,25 @@ static void tu_child_main(tu_ctx_t *ctx, tu_role_fn fn, pid_t parent, const tu_o
     exit(0);
 }
 
+/* A failed child's pscom log file (tu_log_files): its path and last lines,
+ * where ctest shows them (an abort in the library says why only there). */
+static void print_log_tail(pid_t pid)
+{
+    if (!log_prefix[0]) return;
+    char path[sizeof(log_prefix) + 32];
+    log_file_path_of(pid, path, sizeof(path));
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    char *text = tu_read_fd(fd);
+    close(fd);
+    if (!text) return;
+    const char *tail = text + strlen(text);
+    for (int lines = 0; tail > text && lines <= 15; tail--)
+        if (tail[-1] == '\n') lines++;
+    fprintf(stderr, "%s last lines of %s:\n%s\n", tu_who_buf, path, tail);
+    free(text);
+}
+
 static int tu_status_ok(int rank, int status, const tu_opts_t *opts, char *why,
                         size_t whylen)
 {
@@ -634,6 +653,7 @@ int tu_run(const char *name, int nclients, tu_role_fn server, tu_role_fn client,
         if (!ok) {
             fprintf(stderr, "%s %s (pid %d) FAILED: %s%s\n", tu_who_buf, role,
                     (int)pid, why, failed ? " (after an earlier failure)" : "");
+            if (!failed) print_log_tail(pid);
             if (!failed) {
                 /* ask the others to report their last step and exit; the
                  * parent watchdog SIGKILLs whatever is left after 5 s */
