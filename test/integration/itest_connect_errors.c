@@ -35,11 +35,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* a TCP port that was free a moment ago (bound with port 0, then closed) */
+/* a TCP port where nobody listens: bound (with port 0) and kept so, not
+ * listening, so that no test running beside this one can take it (bound
+ * and closed again, it could) */
 static int dead_port(void)
 {
     int port;
-    close(tu_tcp_socket(INADDR_ANY, 0, &port));
+    (void)tu_tcp_socket(INADDR_ANY, 0, &port); /* open until the process ends */
     return port;
 }
 
