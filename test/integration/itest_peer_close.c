@@ -28,9 +28,16 @@
  *    message, successful, and nothing is written into its buffer after it
  *    completed. Over ucp the payload comes in eager fragments
  *    (UCX_RNDV_THRESH=inf), which UCX writes straight into the buffer.
+ * Callbacks of closed connections (peer_close_callbacks, three clients):
+ *  - the clients connect and are killed; the server, having waited for all
+ *    three to be gone (so that their ends come in one pass, as far as the
+ *    transport allows), makes progress: the first con_error closes the
+ *    other connections, and no callback runs for a connection after its
+ *    close (spec 5.1), although theirs may have been queued already.
  */
 #include "pscom_testutil.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -306,8 +313,63 @@ static int stall_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- peer_close_callbacks ---- */
+
+#define CB_CLIENTS 3
+static pscom_connection_t *cb_cons[CB_CLIENTS + 1];
+static int cb_calls;
+
+static void cb_close_others(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    (void)op;
+    (void)err;
+    cb_calls++;
+    int open = 0;
+    for (int i = 1; i <= CB_CLIENTS; i++) {
+        if (cb_cons[i] != con) continue;
+        cb_cons[i] = NULL;
+        open       = 1;
+    }
+    TU_ASSERT_MSG(open, "con_error of a connection closed in an earlier con_error (call %d)",
+                  cb_calls);
+    for (int i = 1; i <= CB_CLIENTS; i++) {
+        if (!cb_cons[i]) continue;
+        pscom_connection_t *other = cb_cons[i];
+        cb_cons[i]                = NULL;
+        pscom_close_connection(other);
+    }
+}
+
+static int cb_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    sock->ops.con_error  = cb_close_others;
+    tu_server_listen(ctx, sock);
+    tu_server_accept_all(ctx, sock, cb_cons);
+    for (int i = 1; i <= CB_CLIENTS; i++) kill(ctx->client_pids[i], SIGKILL);
+    for (int i = 1; i <= CB_CLIENTS; i++) tu_wait_peer_exit(ctx, i); /* no progress meanwhile */
+    while (!cb_calls) pscom_wait_any();
+    for (int i = 0; i < 100; i++) pscom_test_any(); /* whatever else might still come */
+    /* (another's may run inside the first one's pscom_close_connection,
+     * before its own connection is closed: then it closes what is left) */
+    tu_log("%d con_error calls", cb_calls);
+    for (int i = 1; i <= CB_CLIENTS; i++) TU_ASSERT_NULL(cb_cons[i]);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int cb_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock = tu_open_socket(ctx, 0, 0);
+    tu_client_connect(ctx, sock);
+    tu_wait_signal(ctx, TU_SERVER); /* killed while waiting */
+    TU_FAIL("not killed");
+}
+
 int main(void)
 {
+    const tu_opts_t killed = {.killed_must_mask = 0xe}; /* clients 1-3 */
+    if (tu_run("peer_close_callbacks", CB_CLIENTS, cb_server, cb_client, &killed)) return 1;
     if (tu_run("peer_close", 2, server, client, NULL)) return 1;
     /* over ucp: eager fragments at any size; over openib: the data pushed
      * through the slots, not read by RDMA, which takes it all at the match
