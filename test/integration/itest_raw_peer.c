@@ -129,15 +129,28 @@ static void raw_hello(int fd)
     precon_send(fd, PSCOM_PRECON_HELLO, &hello, sizeof(hello));
 }
 
+/* A plain TCP connection to the server's listener. */
+static int raw_tcp_connect(tu_ctx_t *ctx)
+{
+    const char *colon = strchr(tu_client_get_ep(ctx), ':');
+    TU_ASSERT_NOT_NULL(colon);
+    return tu_tcp_connect(atoi(colon + 1));
+}
+
+/* ... and the HELLOs exchanged. */
+static int raw_hellos(tu_ctx_t *ctx)
+{
+    int fd = raw_tcp_connect(ctx);
+    raw_hello(fd);
+    precon_expect(fd, PSCOM_PRECON_HELLO);
+    return fd;
+}
+
 /* A TCP connection to the server's listener, through the handshake: the
  * server's tcp transport takes it over. */
 static int raw_connect(tu_ctx_t *ctx)
 {
-    const char *colon = strchr(tu_client_get_ep(ctx), ':');
-    TU_ASSERT_NOT_NULL(colon);
-    int fd = tu_tcp_connect(atoi(colon + 1));
-    raw_hello(fd);
-    precon_expect(fd, PSCOM_PRECON_HELLO);
+    int fd = raw_hellos(ctx);
     char plugin[PSCOM_PRECON_PLUGIN_NAME] = "tcp";
     precon_send(fd, PSCOM_PRECON_OFFER, plugin, sizeof(plugin));
     precon_expect(fd, PSCOM_PRECON_ACCEPT);
@@ -408,11 +421,7 @@ static int flood_server(tu_ctx_t *ctx)
 
 static int flood_client(tu_ctx_t *ctx)
 {
-    const char *colon = strchr(tu_client_get_ep(ctx), ':');
-    TU_ASSERT_NOT_NULL(colon);
-    int fd = tu_tcp_connect(atoi(colon + 1));
-    raw_hello(fd);
-    precon_expect(fd, PSCOM_PRECON_HELLO);
+    int fd = raw_hellos(ctx);
     enum { ONE = PSCOM_PRECON_HEADER_SIZE + PSCOM_PRECON_PLUGIN_NAME };
     unsigned char *out = tu_malloc(FLOOD_OFFERS * ONE);
     for (int i = 0; i < FLOOD_OFFERS; i++) {
@@ -453,9 +462,7 @@ static int trickle_server(tu_ctx_t *ctx)
 
 static int trickle_client(tu_ctx_t *ctx)
 {
-    const char *colon = strchr(tu_client_get_ep(ctx), ':');
-    TU_ASSERT_NOT_NULL(colon);
-    int fd = tu_tcp_connect(atoi(colon + 1));
+    int fd = raw_tcp_connect(ctx);
     /* the HELLO, then CANCELs (harmless one by one), a byte every 10 ms
      * (the stall window is 300 ms) until the server closes */
     unsigned char msg[PSCOM_PRECON_HEADER_SIZE + sizeof(pscom_precon_hello_t)];
