@@ -460,6 +460,11 @@ void pscom_con_transport_error(pscom_con_t *con, pscom_op_t op, int err)
     pscom_con_release(con);
 }
 
+int pscom_con_held_by_callback(const pscom_con_t *con)
+{
+    return con_cb_depth && con->cb_running;
+}
+
 /* Threaded: the user closes con while other threads run a con_accept or
  * con_error of it. Once the close returned the user may free what those
  * callbacks use (and the spec has no callback after the close): wait for

@@ -144,6 +144,11 @@ void pscom_con_eof_sent(pscom_con_t *con);
  * con_accept/con_error runs after it: one that another thread is running
  * is waited for (threaded mode). */
 void pscom_con_close(pscom_con_t *con);
+/* This thread runs a connection callback, and one of con is running: con
+ * may be kept alive by it (con_event_done), so a wait of this thread for
+ * con to go would never end (pscom_close_socket from a con_error, exit()
+ * there: its clean-up) */
+int pscom_con_held_by_callback(const pscom_con_t *con);
 /* Fail all pending sends and receives of the connection with ERROR. */
 void pscom_con_fail_requests(pscom_con_t *con);
 /* Queue con_error(op, err) for the user unless already closed by the user. */

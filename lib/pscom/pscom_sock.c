@@ -484,15 +484,46 @@ int pscom_socks_can_bring_anything(void)
 }
 
 typedef struct close_wait {
-    pscom_sock_t *sock;
+    pscom_sock_t *sock; /* or NULL: every socket */
     uint64_t last_counter;
     uint64_t last_change_us;
 } close_wait_t;
 
+/* sock still has a connection to wait for */
+static int sock_waits(const pscom_sock_t *sock)
+{
+    const pscom_list_t *pos;
+    pscom_list_for_each(pos, &sock->connections) {
+        const pscom_con_t *con = pscom_list_entry(pos, pscom_con_t, sock_next);
+        if (!pscom_con_held_by_callback(con)) return 1;
+    }
+    return 0;
+}
+
+static size_t connections_left(const close_wait_t *w)
+{
+    if (w->sock) return pscom_list_count(&w->sock->connections);
+    size_t n = 0;
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &pscom.sockets) {
+        n += pscom_list_count(&pscom_list_entry(pos, pscom_sock_t, next)->connections);
+    }
+    return n;
+}
+
 static int sock_closed(void *arg)
 {
     close_wait_t *w = arg;
-    if (pscom_list_empty(&w->sock->connections)) return 1;
+    if (w->sock) {
+        if (!sock_waits(w->sock)) return 1;
+    } else {
+        pscom_list_t *pos;
+        int waits = 0;
+        pscom_list_for_each(pos, &pscom.sockets) {
+            if (sock_waits(pscom_list_entry(pos, pscom_sock_t, next))) waits = 1;
+        }
+        if (!waits) return 1;
+    }
     if (!pscom_config.shutdown_timeout) return 0;
     uint64_t now = pscom_time_us();
     if (w->last_counter != pscom.progress_counter) {
@@ -502,7 +533,7 @@ static int sock_closed(void *arg)
     }
     if (now - w->last_change_us >= (uint64_t)pscom_config.shutdown_timeout * 1000000u) {
         plog_warn("pscom_close_socket: no progress for %u s, giving up on %zu connection(s)",
-                  pscom_config.shutdown_timeout, pscom_list_count(&w->sock->connections));
+                  pscom_config.shutdown_timeout, connections_left(w));
         return 1;
     }
     return 0;
@@ -528,7 +559,8 @@ static void cut_off_connections(pscom_sock_t *sock)
     }
 }
 
-static void close_one_socket(pscom_sock_t *sock)
+/* The start of a close: no new connections, the connections closing. */
+static void close_begin(pscom_sock_t *sock)
 {
     /* No new connections from here on: one accepted while we wait would be
      * a user connection nobody closes, and we would wait for it forever.
@@ -541,6 +573,15 @@ static void close_one_socket(pscom_sock_t *sock)
         pscom_con_t *con = pscom_list_entry(pos, pscom_con_t, sock_next);
         if (!con->user_closed || con->precon) pscom_con_close(con);
     }
+}
+
+/* Until the connections of sock (NULL: of every socket) are gone; with
+ * PSP_SHUTDOWN_TIMEOUT, or until nothing moved for that long. A connection
+ * that a callback this thread runs keeps alive is not waited for: it
+ * cannot go before the wait ends (until 2026-11-29 exit() in a con_error
+ * waited for ever, or ended as a deadlock with status 112). */
+static void close_wait(pscom_sock_t *sock)
+{
     close_wait_t w = {.sock = sock, .last_counter = pscom.progress_counter,
                       .last_change_us = pscom_time_us()};
     /* PSP_SHUTDOWN_TIMEOUT ends the wait by the clock: no deadlock then */
@@ -549,7 +590,11 @@ static void close_one_socket(pscom_sock_t *sock)
     } else {
         pscom_wait_until(sock_closed, &w);
     }
+}
 
+/* The end of a close: what is left cut off, the socket freed. */
+static void close_end(pscom_sock_t *sock)
+{
     cut_off_connections(sock);
     pscom_recv_fail_sock(sock);
     pscom_group_sock_fini(sock);
@@ -565,10 +610,18 @@ PSCOM_API void pscom_close_socket(pscom_socket_t *socket)
     if (socket) pscom_api_check_sock(socket); /* (NULL: all) */
     pscom_lock();
     if (socket) {
-        close_one_socket(pscom_sock_from_pub(socket));
+        pscom_sock_t *sock = pscom_sock_from_pub(socket);
+        close_begin(sock);
+        close_wait(sock);
+        close_end(sock);
     } else {
+        /* all at once: one wait, one PSP_SHUTDOWN_TIMEOUT (until 2026-11-29
+         * one after the other: at exit a timeout per socket) */
+        pscom_list_t *pos;
+        pscom_list_for_each(pos, &pscom.sockets) close_begin(pscom_list_entry(pos, pscom_sock_t, next));
+        close_wait(NULL);
         while (!pscom_list_empty(&pscom.sockets))
-            close_one_socket(pscom_list_entry(pscom.sockets.next, pscom_sock_t, next));
+            close_end(pscom_list_entry(pscom.sockets.next, pscom_sock_t, next));
     }
     pscom_free_deferred_now(); /* earlier ones: until 2026-11-29 all at the next pass */
     pscom_unlock();

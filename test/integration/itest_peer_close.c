@@ -28,6 +28,14 @@
  *    message, successful, and nothing is written into its buffer after it
  *    completed. Over ucp the payload comes in eager fragments
  *    (UCX_RNDV_THRESH=inf), which UCX writes straight into the buffer.
+ * Leaving from a con_error (the server closes the connection):
+ *  - peer_close_exit: the client's con_error calls exit(0): its clean-up
+ *    must not wait for the connection whose callback is running (until
+ *    2026-11-29 it did: the deadlock exit, status 112, or with threads a
+ *    hang);
+ *  - peer_close_close_socket: the client's con_error closes its socket;
+ *    the close returns, the callback ends, nothing is used after its free
+ *    (the sanitizer build).
  * Callbacks of closed connections (peer_close_callbacks, three clients):
  *  - the clients connect and are killed; the server, having waited for all
  *    three to be gone (so that their ends come in one pass, as far as the
@@ -313,6 +321,41 @@ static int stall_client(tu_ctx_t *ctx)
     return 0;
 }
 
+/* ---- leaving from a con_error ---- */
+
+static int cerr_exit; /* exit(0) in the con_error, else pscom_close_socket */
+static pscom_socket_t *cerr_sock;
+static volatile int cerr_done;
+
+static void cerr_on_error(pscom_connection_t *con, pscom_op_t op, pscom_err_t err)
+{
+    (void)con;
+    (void)op;
+    (void)err;
+    if (cerr_exit) exit(0);
+    pscom_close_socket(cerr_sock);
+    cerr_done = 1;
+}
+
+static int cerr_server(tu_ctx_t *ctx)
+{
+    pscom_socket_t *sock    = tu_open_socket(ctx, 0, 0);
+    pscom_connection_t *con = tu_server_accept_one(ctx, sock);
+    pscom_close_connection(con);
+    tu_wait_peer_exit_progress(ctx, 1);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int cerr_client(tu_ctx_t *ctx)
+{
+    cerr_sock               = tu_open_socket(ctx, 0, 0);
+    cerr_sock->ops.con_error = cerr_on_error;
+    tu_client_connect(ctx, cerr_sock);
+    while (!cerr_done) pscom_wait_any();
+    return 0;
+}
+
 /* ---- peer_close_callbacks ---- */
 
 #define CB_CLIENTS 3
@@ -368,6 +411,10 @@ static int cb_client(tu_ctx_t *ctx)
 
 int main(void)
 {
+    cerr_exit = 1;
+    if (tu_run("peer_close_exit", 1, cerr_server, cerr_client, NULL)) return 1;
+    cerr_exit = 0;
+    if (tu_run("peer_close_close_socket", 1, cerr_server, cerr_client, NULL)) return 1;
     const tu_opts_t killed = {.killed_must_mask = 0xe}; /* clients 1-3 */
     if (tu_run("peer_close_callbacks", CB_CLIENTS, cb_server, cb_client, &killed)) return 1;
     if (tu_run("peer_close", 2, server, client, NULL)) return 1;

@@ -49,6 +49,11 @@
  *    and sends nothing; when the close gave up on client 1 and returned,
  *    client 2's connection is closed too (a handshake left running used
  *    the freed socket when it ended).
+ *  - "close_all_timeout" (PSP_SHUTDOWN_TIMEOUT=1 on the server): three
+ *    sockets of the server connected to a client that then stays out of
+ *    pscom; pscom_close_socket(NULL) gives up once, on all three
+ *    connections (until 2026-11-29 it closed the sockets one after the
+ *    other, a timeout each: at exit, a timeout per socket).
  */
 #include "pscom_testutil.h"
 
@@ -573,6 +578,58 @@ static void close_timeout_env(const tu_ctx_t *ctx)
     if (ctx->rank == TU_SERVER) setenv("PSP_SHUTDOWN_TIMEOUT", "1", 1);
 }
 
+/* ---------------- one timeout for all sockets ---------------- */
+
+#define CA_SOCKS 3
+static int ca_accepts;
+
+static void ca_count_accept(pscom_connection_t *con)
+{
+    (void)con;
+    ca_accepts++;
+}
+
+static int close_all_server(tu_ctx_t *ctx)
+{
+    uint32_t port = tu_wait_signal(ctx, 1);
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%u@cl", port);
+    for (int i = 0; i < CA_SOCKS; i++) {
+        pscom_socket_t *s       = tu_open_socket(ctx, 0, 0);
+        pscom_connection_t *con = pscom_open_connection(s);
+        TU_ASSERT_OK(pscom_connect(con, ep, 1, PSCOM_CON_FLAG_DIRECT));
+    }
+    TU_ASSERT_EQ(tu_wait_signal(ctx, 1), 1); /* the client has them all, and stops */
+    tu_capture_begin();
+    pscom_close_socket(NULL);
+    char *log = tu_capture_end();
+    TU_ASSERT_EQ(tu_count(log, "giving up on"), 1);
+    TU_ASSERT_EQ(tu_count(log, "giving up on 3 connection(s)"), 1);
+    free(log);
+    tu_signal(ctx, 1, 2);
+    return 0;
+}
+
+static int close_all_client(tu_ctx_t *ctx)
+{
+    pscom_socket_t *s    = tu_open_socket(ctx, 0, 0);
+    s->ops.con_accept    = ca_count_accept;
+    TU_ASSERT_OK(pscom_listen(s, PSCOM_ANYPORT));
+    tu_signal(ctx, TU_SERVER, (uint32_t)pscom_get_portno(s));
+    while (ca_accepts < CA_SOCKS) pscom_wait_any();
+    tu_signal(ctx, TU_SERVER, 1);
+    TU_ASSERT_EQ(tu_wait_signal(ctx, TU_SERVER), 2); /* out of pscom meanwhile */
+    pscom_close_socket(s);
+    return 0;
+}
+
+static void close_all_env(const tu_ctx_t *ctx)
+{
+    if (ctx->rank != TU_SERVER) return;
+    setenv("PSP_SHUTDOWN_TIMEOUT", "1", 1);
+    setenv("PSP_DEBUG", "2", 1); /* the giving up is a warning */
+}
+
 int main(void)
 {
     int rc = tu_run("sockets", NCLIENTS, server, client, NULL);
@@ -582,5 +639,7 @@ int main(void)
     rc |= tu_run("close_accept", 2, close_server, close_accept_client, &opts);
     opts.before_init = close_timeout_env;
     rc |= tu_run("close_timeout", 2, close_server, close_timeout_client, &opts);
+    opts.before_init = close_all_env;
+    rc |= tu_run("close_all_timeout", 1, close_all_server, close_all_client, &opts);
     return rc;
 }
