@@ -41,6 +41,12 @@ static void cleanup(void)
         pscom_reqstat_str(line, sizeof(line));
         pscom_log_force(1, PSCOM_LOG_INFO, "%s", line);
     }
+    /* Threaded: other threads may still be in pscom_wait. From here on the
+     * lock stays with the exit, so that none of them runs a handler of a
+     * transport being torn down (until 2026-11-29 they did: SIGSEGV in the
+     * ucp plugin at exit in about half the runs). They wait for it until
+     * the process ends. */
+    pscom_lock();
     pscom_plugins_fini();
     pscom_signal_fini();
     pscom_progress_fini();
