@@ -183,6 +183,13 @@ static void segv_report(const siginfo_t *si, void *handler_ret)
     if (si->si_code > 0) { /* a fault */
         len = put_str(line, sizeof(line), len, "SIGSEGV at address ");
         len = put_num(line, sizeof(line), len, (uintptr_t)si->si_addr, 16);
+    } else if (si->si_pid == getpid()) {
+        /* raise(), or another handler that caught a fault first and raised
+         * it again (UCX's, after its own report): not from outside (until
+         * 2026-11-29 "sent by pid <ours>") */
+        len = put_str(line, sizeof(line), len,
+                      "SIGSEGV raised by this process (raise(), or another handler's "
+                      "report of a fault raised again)");
     } else {
         len = put_str(line, sizeof(line), len, "SIGSEGV sent by pid ");
         len = put_num(line, sizeof(line), len, (uintptr_t)si->si_pid, 10);
