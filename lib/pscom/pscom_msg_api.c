@@ -191,7 +191,12 @@ PSCOM_API int pscom_test_any(void)
     return res;
 }
 
-static uint64_t wait_any_counter;
+/* the progress counter at this thread's previous pscom_wait_any(): one
+ * for the process let another thread's call take the progress this one had
+ * not seen (its request DONE, it slept on for ever; pscom_probe too; until
+ * 2026-11-29, itest_threads_wake wait_any_per_thread). Initial-exec: one
+ * load on the message path. */
+static __thread uint64_t wait_any_counter __attribute__((tls_model("initial-exec")));
 
 static int progressed(void *arg)
 {

@@ -15,6 +15,13 @@
  * 2026-11-29 the wake-up ended the epoll_wait of one thread only: when
  * that was the other one, the one completed slept on for its 1 s.)
  *
+ * Then pscom_wait_any in two threads: the main thread's receive not done,
+ * another thread cancels it and calls pscom_wait_any (which returns at
+ * once); the main thread's pscom_wait_any must return too: "progress since
+ * its previous call" is its own (until 2026-11-29 the mark was the
+ * process's, the other thread's call had taken it, and the main thread
+ * slept for ever with its request DONE; pscom_probe likewise).
+ *
  * The waiting thread is given WAIT_MS to fall asleep before the completing
  * call (a sleeper that is still spinning just makes the round pass); it
  * must return within LATE_MS of that call, against about 1000 - WAIT_MS ms
@@ -27,6 +34,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ROUNDS  4
 #define WAIT_MS 100.0
@@ -115,6 +123,51 @@ static void two_sleepers(pscom_connection_t *loops[2])
     }
 }
 
+/* ---- pscom_wait_any in two threads ---- */
+
+static pscom_request_t *wa_req;
+static int wa_go[2], wa_back[2]; /* pipes: main -> other, other -> main */
+
+static void *wa_other(void *arg)
+{
+    (void)arg;
+    char c;
+    TU_ASSERT_EQ(read(wa_go[0], &c, 1), 1);
+    TU_ASSERT_EQ(pscom_cancel_recv(wa_req), 1);
+    pscom_wait_any(); /* returns at once: the cancel was progress */
+    TU_ASSERT_EQ(write(wa_back[1], "x", 1), 1);
+    return NULL;
+}
+
+static void wait_any_per_thread(pscom_socket_t *s)
+{
+    TU_ASSERT_EQ(pipe(wa_go), 0);
+    TU_ASSERT_EQ(pipe(wa_back), 0);
+    pscom_wait_any(); /* this thread's mark: now */
+    wa_req         = pscom_request_create(0, 0);
+    wa_req->socket = s;
+    pscom_post_recv(wa_req);
+    pthread_t t;
+    TU_ASSERT_EQ(pthread_create(&t, NULL, wa_other, NULL), 0);
+    int first = 1;
+    while (!pscom_req_is_done(wa_req)) {
+        if (first) { /* the other thread runs between our test and our call */
+            first = 0;
+            char c;
+            TU_ASSERT_EQ(write(wa_go[1], "x", 1), 1);
+            TU_ASSERT_EQ(read(wa_back[0], &c, 1), 1);
+        }
+        pscom_wait_any();
+    }
+    pthread_join(t, NULL);
+    TU_ASSERT_STATE_HAS(wa_req->state, PSCOM_REQ_STATE_CANCELED);
+    pscom_request_free(wa_req);
+    for (int i = 0; i < 2; i++) {
+        close(wa_go[i]);
+        close(wa_back[i]);
+    }
+}
+
 static int self(tu_ctx_t *ctx)
 {
     (void)ctx;
@@ -162,6 +215,7 @@ static int self(tu_ctx_t *ctx)
     pscom_connection_t *loops[2] = {loop, pscom_open_connection(s)};
     TU_ASSERT_OK(pscom_connect(loops[1], NULL, 0, PSCOM_CON_FLAG_DIRECT));
     two_sleepers(loops);
+    wait_any_per_thread(s);
     pscom_close_connection(loops[1]);
     pscom_close_connection(loop);
     pscom_close_socket(s);
