@@ -45,6 +45,7 @@ static void *waiter(void *arg)
     pscom_post_recv(r);
     __atomic_add_fetch(&posted, 1, __ATOMIC_RELEASE);
     pscom_wait(r); /* until the exit, or failed by it */
+    pscom_request_free(r);
     return NULL;
 }
 
