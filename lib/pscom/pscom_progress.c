@@ -172,6 +172,9 @@ int pscom_progress_init(void)
 
 void pscom_progress_fini(void)
 {
+    /* threads asleep in epoll_wait at exit (their requests never came):
+     * the fds stay for the process's end, not closed under them */
+    if (sleepers) return;
     if (wake_fd >= 0) {
         pscom_ufd_del(&wake_ufd);
         close(wake_fd);

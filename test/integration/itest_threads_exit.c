@@ -15,7 +15,7 @@
 #include <pthread.h>
 #include <sched.h>
 
-#define ROUNDS  6
+#define ROUNDS  4
 #define THREADS 4
 #define MSGS    100
 #define LEN     100000 /* (rendezvous over ucp) */
