@@ -543,6 +543,19 @@ static void **orphans_mem(size_t *n, size_t *nheld)
     return mem;
 }
 
+/* At exit: every message nobody took is dropped. 1 if there was one. */
+static int drop_unexpected(void)
+{
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    int dropped = 0;
+    while ((msg = ucp_tag_probe_nb(ucp_g.worker, 0, 0, 1, &info))) {
+        ucp_rx_discard(msg, &info);
+        dropped = 1;
+    }
+    return dropped;
+}
+
 void ucp_worker_fini(void)
 {
     if (!ucp_g.worker) return;
@@ -553,16 +566,8 @@ void ucp_worker_fini(void)
      * endpoint, and one on an endpoint to this process that was closed
      * failed an assertion (ucp_worker.inl, with UCX_RNDV_THRESH=0 even a
      * BYE is one) */
-    for (unsigned round = 0; round < UCP_FINI_DRAIN_ROUNDS; round++) {
-        ucp_tag_recv_info_t info;
-        ucp_tag_message_h msg;
-        int dropped = 0;
-        while ((msg = ucp_tag_probe_nb(ucp_g.worker, 0, 0, 1, &info))) {
-            ucp_rx_discard(msg, &info);
-            dropped = 1;
-        }
-        if (!dropped && !ucp_worker_progress(ucp_g.worker)) break;
-    }
+    for (unsigned round = 0; round < UCP_FINI_DRAIN_ROUNDS; round++)
+        if (!drop_unexpected() && !ucp_worker_progress(ucp_g.worker)) break;
     ucp_peers_fini(); /* endpoints no connection uses any more */
     /* let graceful endpoint closes finish (bounded: a dead peer never
      * answers), and drop what nobody took (late BYEs of closed connections,
@@ -570,9 +575,7 @@ void ucp_worker_fini(void)
     uint64_t t0  = ucp_now_us();
     int hopeless = 0;
     for (unsigned pass = 0;; pass++) {
-        ucp_tag_recv_info_t info;
-        ucp_tag_message_h msg;
-        while ((msg = ucp_tag_probe_nb(ucp_g.worker, 0, 0, 1, &info))) ucp_rx_discard(msg, &info);
+        drop_unexpected();
         if (!ucp_g.inflight || ucp_now_us() - t0 >= UCP_FINI_WAIT_US) break;
         /* Every endpoint is closed or closing. What is left in flight
          * after some rounds (for the callbacks of cancelled operations)
