@@ -67,7 +67,7 @@ static unsigned cpu_shared; /* yields left to find the cpu not shared */
 static int epfd = -1;
 
 /* Threaded mode: a thread sleeping in epoll_wait must wake up when another
- * thread completed something it may wait for. sleepers: threads between
+ * thread completed something it may wait for. sleeping: threads between
  * letting go of the lock for epoll_wait and taking it back (their events
  * may point at objects: deferred frees wait for them). in_epoll: those of
  * them still inside epoll_wait, the ones a wake-up can reach; read and
@@ -77,7 +77,6 @@ static int epfd = -1;
  * held the lock fed itself its own wake-ups as progress, never went idle
  * and never let the others have the lock: itest_threads_conns). */
 static int wake_fd = -1;
-static unsigned sleepers;
 static unsigned in_epoll;
 /* A wake-up ends the epoll_wait of one thread only (the kernel wakes one
  * waiter per event, and the first to read the counter empties it): each
@@ -89,7 +88,7 @@ typedef struct sleeper {
     struct sleeper *next;
     unsigned gen;
 } sleeper_t;
-static sleeper_t *sleeping;
+static sleeper_t *sleeping; /* NULL: none */
 static unsigned wake_gen;
 static pscom_ufd_t wake_ufd;
 static pscom_list_t pollers = PSCOM_LIST_INIT(pollers);
@@ -174,7 +173,7 @@ void pscom_progress_fini(void)
 {
     /* threads asleep in epoll_wait at exit (their requests never came):
      * the fds stay for the process's end, not closed under them */
-    if (sleepers) return;
+    if (sleeping) return;
     if (wake_fd >= 0) {
         pscom_ufd_del(&wake_ufd);
         close(wake_fd);
@@ -283,14 +282,20 @@ void pscom_defer_free(void *ptr)
     deferred_count++;
 }
 
-static void free_deferred(void)
+static void free_chain(deferred_t *d)
 {
-    while (deferred_head) {
-        deferred_t *d = deferred_head;
-        deferred_head = d->next;
+    while (d) {
+        deferred_t *next = d->next;
         free(d->ptr);
         free(d);
+        d = next;
     }
+}
+
+static void free_deferred(void)
+{
+    free_chain(deferred_head);
+    deferred_head  = NULL;
     deferred_count = 0;
 }
 
@@ -301,18 +306,12 @@ static void free_deferred(void)
 
 void pscom_free_deferred_now(void)
 {
-    if (deferred_count <= DEFERRED_KEEP || sleepers) return;
+    if (deferred_count <= DEFERRED_KEEP || sleeping) return;
     deferred_t *keep_last = deferred_head; /* the list is newest first */
     for (unsigned i = 1; i < DEFERRED_KEEP; i++) keep_last = keep_last->next;
-    deferred_t *d   = keep_last->next;
+    free_chain(keep_last->next);
     keep_last->next = NULL;
     deferred_count  = DEFERRED_KEEP;
-    while (d) {
-        deferred_t *next = d->next;
-        free(d->ptr);
-        free(d);
-        d = next;
-    }
 }
 
 /* ---- timers --------------------------------------------------------------- */
@@ -443,13 +442,11 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
     if (timeout_ms && pscom.threaded) {
         sleeper_t me = {sleeping, wake_gen};
         sleeping     = &me;
-        sleepers++;
         __atomic_add_fetch(&in_epoll, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&pscom.lock);
         n = epoll_wait(epfd, evs, MAX_EVENTS, timeout_ms);
         __atomic_sub_fetch(&in_epoll, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_lock(&pscom.lock);
-        sleepers--;
         sleeper_back(&me);
     } else if (!timeout_ms && hot_fds && pollers_active) { /* a busy-polling pass */
         uint64_t t0 = pscom_time_ns();
@@ -464,7 +461,7 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
     int slept = timeout_ms && pscom.threaded;
     if (n < 0) {
         if (errno != EINTR) plog_err("epoll_wait() failed: %m");
-        if (slept && sleeping) wake_pass_on(); /* it may have ended by a wake-up too */
+        if (slept) wake_pass_on(); /* it may have ended by a wake-up too */
         return progress;
     }
     int events = 0; /* a wake-up is not one: it only ends a sleep */
@@ -483,7 +480,7 @@ static __attribute__((noinline)) int poll_fds(int timeout_ms, int progress)
     if (events) pscom.progress_counter++;
     if ((progress || events) && __atomic_load_n(&in_epoll, __ATOMIC_SEQ_CST) && wake_fd >= 0) {
         wake_sleepers();
-    } else if (slept && sleeping) {
+    } else if (slept) {
         wake_pass_on();
     }
     return progress || events;
@@ -525,7 +522,7 @@ static __attribute__((noinline)) int progress_full(int timeout_ms)
 
     /* not while another thread sleeps in epoll_wait: it may return events
      * whose handler objects are on the deferred list */
-    if (pscom_unlikely(deferred_head != NULL) && !sleepers) free_deferred();
+    if (pscom_unlikely(deferred_head != NULL) && !sleeping) free_deferred();
     pscom.stats.progress_passes++;
     if (pscom_unlikely(!pscom_list_empty(&timers))) progress = run_timers(&timeout_ms);
     if (pollers_active) {
