@@ -500,13 +500,19 @@ static int sock_waits(const pscom_sock_t *sock)
     return 0;
 }
 
+/* s is one of the sockets the wait is for */
+static int waited_for(const close_wait_t *w, const pscom_sock_t *s)
+{
+    return !w->sock || s == w->sock;
+}
+
 static size_t connections_left(const close_wait_t *w)
 {
-    if (w->sock) return pscom_list_count(&w->sock->connections);
     size_t n = 0;
     pscom_list_t *pos;
     pscom_list_for_each(pos, &pscom.sockets) {
-        n += pscom_list_count(&pscom_list_entry(pos, pscom_sock_t, next)->connections);
+        pscom_sock_t *s = pscom_list_entry(pos, pscom_sock_t, next);
+        if (waited_for(w, s)) n += pscom_list_count(&s->connections);
     }
     return n;
 }
@@ -514,16 +520,13 @@ static size_t connections_left(const close_wait_t *w)
 static int sock_closed(void *arg)
 {
     close_wait_t *w = arg;
-    if (w->sock) {
-        if (!sock_waits(w->sock)) return 1;
-    } else {
-        pscom_list_t *pos;
-        int waits = 0;
-        pscom_list_for_each(pos, &pscom.sockets) {
-            if (sock_waits(pscom_list_entry(pos, pscom_sock_t, next))) waits = 1;
-        }
-        if (!waits) return 1;
+    int waits       = 0;
+    pscom_list_t *pos;
+    pscom_list_for_each(pos, &pscom.sockets) {
+        pscom_sock_t *s = pscom_list_entry(pos, pscom_sock_t, next);
+        if (waited_for(w, s) && sock_waits(s)) waits = 1;
     }
+    if (!waits) return 1;
     if (!pscom_config.shutdown_timeout) return 0;
     uint64_t now = pscom_time_us();
     if (w->last_counter != pscom.progress_counter) {
